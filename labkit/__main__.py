@@ -1,0 +1,110 @@
+"""`python -m labkit VERB`: the course's command line. `python -m labkit --help` lists the verbs."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _info(args):
+    from .compile import include_dirs
+    from .device import gpu_info, has_gpu
+    if has_gpu():
+        for k, v in gpu_info().items():
+            print(f"{k:18s} {v}")
+    else:
+        print("No CUDA GPU visible. Reading, compile checks (compile-check) and recorded results still work.")
+    print(f"{'cuda headers':18s} {', '.join(include_dirs()) or 'not found (pip install nvidia-cuda-runtime)'}")
+    return 0
+
+
+def _compile_check(args):
+    from .compile import compile_check, target_archs, read_source
+    from .errors import KernelCompileError
+    from .paths import KERNELS
+    files = [p for f in args.files for p in ([f] if not f.endswith("/") and f.endswith(".cu") else [])] or \
+        sorted(str(p) for p in KERNELS.rglob("*.cu"))
+    bad = 0
+    for f in files:
+        src, _ = read_source(f)
+        for arch in ([args.arch] if args.arch else target_archs(src)):
+            try:
+                rep = compile_check(f, arch)
+            except KernelCompileError as e:
+                print(f"FAIL {f} [{arch}]\n{e}")
+                bad += 1
+                continue
+            spills = [fn.name for fn in rep.functions.values() if fn.spills]
+            print(f"{'SPILL' if spills else 'ok   '} {f} [{arch}]")
+            print("      " + str(rep).replace("\n", "\n      "))
+            bad += bool(spills)
+    return 1 if bad else 0
+
+
+def _ceilings(args):
+    from . import ceilings
+    c = ceilings.measure(refresh=args.refresh)
+    print(ceilings.table(c))
+    return 0
+
+
+def _bench(args):
+    from . import bench
+    from .records import results_path, save_results
+    gpu, ceil, records = bench.run(args.chapter or None, quick=args.quick)
+    print(bench.summary(records))
+    if args.json is not None:
+        path = args.json or results_path(gpu["slug"])
+        save_results(path, gpu, ceil, records, replace_chapters=set(r.chapter for r in records))
+        print(f"wrote {path}")
+    return 0
+
+
+def _gpu_check(args):
+    from .runner import PHASES, gpu_check
+    return gpu_check(tuple(args.only.split(",")) if args.only else PHASES, args.chapter or None)
+
+
+def _stale(args):
+    from .provenance import problems
+    from .runner import notebooks
+    out = [p for nb in notebooks() for p in problems(nb)]
+    print("\n".join(out) or "all recorded notebooks are current")
+    return 1 if out else 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m labkit", description="The command line of the GPU Kernel Engineering course.")
+    sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+    s = sub.add_parser("info", help="this machine: GPU, driver, versions, CUDA headers")
+    s.set_defaults(fn=_info)
+    s = sub.add_parser("compile-check", help="compile kernels with NVRTC for sm_80/sm_90(a), no GPU needed; "
+                                             "print ptxas' report (registers, shared memory, spills)")
+    s.add_argument("files", nargs="*", help=".cu files (default: every file under kernels/)")
+    s.add_argument("--arch", help="one architecture, e.g. sm_90a (default: what each file targets)")
+    s.set_defaults(fn=_compile_check)
+    s = sub.add_parser("ceilings", help="measure this GPU's copy bandwidth, fp32 and bf16 rates (cached per GPU)")
+    s.add_argument("--refresh", action="store_true", help="measure again instead of reading the cache")
+    s.set_defaults(fn=_ceilings)
+    s = sub.add_parser("bench", help="each chapter's kernels against their baselines, ceilings measured in the same run")
+    s.add_argument("--chapter", action="append", help="chapter number such as 03 (repeatable; default: all)")
+    s.add_argument("--json", nargs="?", const="", default=None,
+                   help="write records to FILE (default with no FILE: labs/results/<gpu>.json)")
+    s.add_argument("--quick", action="store_true", help="smaller shapes (a smoke run)")
+    s.set_defaults(fn=_bench)
+    s = sub.add_parser("gpu-check", help="on a GPU: GPU tests, benchmarks, record every notebook, re-run under nbval")
+    s.add_argument("--only", help="comma-separated phases: tests,bench,record,nbval")
+    s.add_argument("--chapter", action="append", help="limit bench and notebooks to these chapters")
+    s.set_defaults(fn=_gpu_check)
+    s = sub.add_parser("stale", help="list recorded notebooks whose code or kernels changed since recording")
+    s.set_defaults(fn=_stale)
+    try:
+        from .grading.cli import register
+        register(sub)
+    except ImportError:
+        pass
+    args = p.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

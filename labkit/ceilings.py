@@ -1,0 +1,161 @@
+"""The ceilings a kernel is judged against: measured on this GPU, beside the datasheet's.
+
+Measured (cached per GPU under ~/.cache/labkit/):
+- copy:  device-to-device copy bandwidth, `cupy.copyto` on 512 MiB buffers, bytes read plus written;
+- fp32:  the chapter 01 FMA probe's rate; `fp32_peak` is SMs x FP32 lanes x 2 x the SM clock it ran at;
+- bf16:  a cuBLAS bf16 matrix product (torch.matmul where PyTorch is installed, else CuPy fp16) at 8192^3.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+# Vendor datasheets, dense (no sparsity). Bandwidth in GB/s, rates in TFLOP/s, L2 in MB.
+# T4 has no bf16 tensor cores: its fp16 tensor rate is listed in the bf16 column and marked so.
+DATASHEET = {
+    "A100 SXM": dict(bandwidth_gbps=2039, fp32_tflops=19.5, bf16_tflops=312, sms=108, l2_mb=40),
+    "H100 SXM": dict(bandwidth_gbps=3350, fp32_tflops=67, bf16_tflops=989, sms=132, l2_mb=50),
+    "H200": dict(bandwidth_gbps=4800, fp32_tflops=67, bf16_tflops=989, sms=132, l2_mb=50),
+    "L4": dict(bandwidth_gbps=300, fp32_tflops=30.3, bf16_tflops=121, sms=58, l2_mb=48),
+    "T4": dict(bandwidth_gbps=320, fp32_tflops=8.1, bf16_tflops=65, sms=40, l2_mb=4, note="fp16 tensor rate"),
+    "RTX 4090": dict(bandwidth_gbps=1008, fp32_tflops=82.6, bf16_tflops=165.2, sms=128, l2_mb=72),
+}
+
+# FP32 lanes per SM by compute capability (CUDA Programming Guide, arithmetic instruction throughput).
+FP32_LANES = {"7.0": 64, "7.5": 64, "8.0": 64, "8.6": 128, "8.7": 128, "8.9": 128, "9.0": 128,
+              "10.0": 128, "12.0": 128}
+
+
+def datasheet_for(gpu_name: str) -> tuple[str, dict] | None:
+    """The datasheet row for a device name such as 'NVIDIA H100 80GB HBM3' (None if not listed)."""
+    n = gpu_name.upper()
+    for key, token in (("H200", "H200"), ("H100 SXM", "H100"), ("A100 SXM", "A100"),
+                       ("RTX 4090", "4090"), ("L4", "L4"), ("T4", "T4")):
+        if token in n.replace("NVIDIA", ""):
+            return key, DATASHEET[key]
+    return None
+
+
+def fp32_peak_tflops(sm_count: int, compute_capability: str, clock_mhz: float) -> float:
+    lanes = FP32_LANES.get(compute_capability, 128)
+    return sm_count * lanes * 2 * clock_mhz * 1e6 / 1e12
+
+
+def ridge_point(peak_tflops: float, bandwidth_gbps: float) -> float:
+    """FLOP per byte at which the compute roof meets the bandwidth roof."""
+    return peak_tflops * 1e12 / (bandwidth_gbps * 1e9)
+
+
+# ------------------------------------------------------------------------------------- measurement
+
+COPY_BYTES = 512 << 20
+FMA_ITERS = 4096
+
+
+def measure_copy(nbytes: int = COPY_BYTES) -> dict:
+    import cupy as cp
+    from .timing import bench
+    src = cp.random.random(nbytes // 4, dtype=cp.float32)
+    dst = cp.empty_like(src)
+    t = bench(lambda: cp.copyto(dst, src))
+    return {"copy_gbps": 2 * nbytes / (t.median_ms * 1e-3) / 1e9, "copy_ms": t.median_ms,
+            "copy_bytes": 2 * nbytes, "copy_spread_ms": t.spread_ms}
+
+
+def fma_launch():
+    """(launch function, FLOPs per launch) for the chapter 01 FMA probe, sized to this GPU."""
+    import cupy as cp
+    from .compile import load_kernel
+    k = load_kernel("01-roofline/03_fma_probe.cu", "fma_probe")
+    sms = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"]
+    blocks, threads = sms * 8, 256
+    out = cp.zeros(blocks, dtype=cp.float32)
+    args = (out, cp.float32(1.0000001), cp.float32(-1e-7), cp.int32(FMA_ITERS))
+    flops = blocks * threads * FMA_ITERS * 16 * 8 * 2
+    return (lambda: k((blocks,), (threads,), args)), flops
+
+
+def measure_fma() -> dict:
+    from .device import current_sm_clock_mhz, gpu_info
+    from .timing import bench
+    launch, flops = fma_launch()
+    clocks = []
+    stop = threading.Event()
+
+    def sample():  # read the SM clock while the probe runs: the peak is computed at that clock
+        while not stop.is_set():
+            c = current_sm_clock_mhz()
+            if c:
+                clocks.append(c)
+            time.sleep(0.01)
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    try:
+        t = bench(launch, flush_l2=False, target_ms=400)
+    finally:
+        stop.set()
+        th.join()
+    info = gpu_info()
+    clock = sorted(clocks)[len(clocks) // 2] if clocks else info["max_sm_clock_mhz"]
+    peak = fp32_peak_tflops(info["sm_count"], info["compute_capability"], clock) if clock else None
+    return {"fp32_tflops": flops / (t.median_ms * 1e-3) / 1e12, "fma_ms": t.median_ms, "fma_flops": flops,
+            "fma_spread_ms": t.spread_ms, "fp32_peak_tflops": peak, "sm_clock_mhz": clock,
+            "sm_clock_source": "nvml during the run" if clocks else "max clock (no NVML)"}
+
+
+def measure_bf16(n: int = 8192) -> dict:
+    from .timing import bench
+    try:
+        import torch
+        a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        t = bench(lambda: torch.matmul(a, b), flush_l2=False)
+        how = "torch.matmul bf16"
+    except ImportError:
+        import cupy as cp
+        a = cp.random.standard_normal((n, n), dtype=cp.float32).astype(cp.float16)
+        b = cp.random.standard_normal((n, n), dtype=cp.float32).astype(cp.float16)
+        t = bench(lambda: cp.matmul(a, b), flush_l2=False)
+        how = "cupy.matmul fp16 (PyTorch not installed)"
+    return {"bf16_tflops": 2 * n ** 3 / (t.median_ms * 1e-3) / 1e12, "bf16_ms": t.median_ms,
+            "bf16_how": f"{how}, {n}^3, random inputs", "bf16_spread_ms": t.spread_ms}
+
+
+def cache_path(gpu_slug: str) -> Path:
+    base = Path(os.environ.get("LABKIT_CACHE", Path.home() / ".cache" / "labkit"))
+    return base / f"ceilings-{gpu_slug}.json"
+
+
+def measure(refresh: bool = False, verbose: bool = True) -> dict:
+    """This GPU's ceilings (copy GB/s, fp32 and bf16 TFLOP/s), measured once and cached per GPU."""
+    from .device import gpu_info, now_iso, require_gpu
+    require_gpu("measuring the ceilings")
+    info = gpu_info()
+    path = cache_path(info["slug"])
+    if path.exists() and not refresh:
+        return json.loads(path.read_text())
+    if verbose:
+        print(f"Measuring the ceilings of {info['name']} (about 10 s, once per GPU)...")
+    c = {"gpu": info["name"], "measured_at": now_iso()}
+    c.update(measure_copy())
+    c.update(measure_fma())
+    c.update(measure_bf16())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(c, indent=1))
+    return c
+
+
+def table(measured: dict | None = None, gpu_name: str | None = None) -> str:
+    """A plain-text table: the datasheet rows, and this GPU's measured row when given."""
+    rows = [f"{'GPU':22s} {'HBM GB/s':>9s} {'fp32 TF/s':>10s} {'bf16 TF/s':>10s} {'ridge FLOP/B':>13s}"]
+    for name, d in DATASHEET.items():
+        rows.append(f"{name:22s} {d['bandwidth_gbps']:9.0f} {d['fp32_tflops']:10.1f} {d['bf16_tflops']:10.0f} "
+                    f"{ridge_point(d['bf16_tflops'], d['bandwidth_gbps']):13.0f}")
+    if measured:
+        rows.append(f"{(gpu_name or measured.get('gpu', 'this GPU'))[:14] + ' (measured)':22s} "
+                    f"{measured['copy_gbps']:9.0f} {measured['fp32_tflops']:10.1f} {measured['bf16_tflops']:10.0f} "
+                    f"{ridge_point(measured['bf16_tflops'], measured['copy_gbps']):13.0f}")
+    return "\n".join(rows)

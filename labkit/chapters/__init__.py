@@ -1,0 +1,1 @@
+"""One module per chapter: kernel wrappers (launch configuration, input checks) and the chapter's benchmarks."""

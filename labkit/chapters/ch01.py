@@ -1,0 +1,71 @@
+"""Chapter 01: the copy probes and the FMA probe, against cupy.copyto and the fp32 peak."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..checks import GuardedOutput, expect
+from ..compile import load_kernel
+from ..timing import bench
+
+COPY_SCALAR = "01-roofline/01_copy_scalar.cu"
+COPY_VEC128 = "01-roofline/02_copy_vec128.cu"
+FMA_PROBE = "01-roofline/03_fma_probe.cu"
+CHECK_SIZES = [0, 1, 3, 4, 7, 1000, 65537, 1_000_003]   # irregular: empty, tails of 1-3, primes
+
+
+def copy_scalar(x, y, threads: int = 256):
+    """y[:] = x[:] with one float per thread."""
+    import cupy as cp
+    expect("x", x, dtype=np.float32, align=4)
+    expect("y", y, dtype=np.float32, shape=x.shape, align=4)
+    n = x.size
+    if n:
+        k = load_kernel(COPY_SCALAR, "copy_scalar")
+        k(((n + threads - 1) // threads,), (threads,), (x, y, cp.int64(n)))
+
+
+def copy_vec128(x, y, threads: int = 256, blocks_per_sm: int = 8):
+    """y[:] = x[:] with 16-byte vectors, a grid-stride loop and a grid sized to the GPU."""
+    import cupy as cp
+    expect("x", x, dtype=np.float32, align=16)
+    expect("y", y, dtype=np.float32, shape=x.shape, align=16)
+    n = x.size
+    if n:
+        sms = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"]
+        blocks = max(1, min(sms * blocks_per_sm, (n // 4 + threads - 1) // threads))
+        k = load_kernel(COPY_VEC128, "copy_vec128")
+        k((blocks,), (threads,), (x, y, cp.int64(n)))
+
+
+COPIES = {"copy_scalar": copy_scalar, "copy_vec128": copy_vec128}
+
+
+def check_copies(ctx):
+    import cupy as cp
+    for name, fn in COPIES.items():
+        for n in CHECK_SIZES:
+            x = cp.random.standard_normal(n, dtype=cp.float32)
+            out = GuardedOutput((n,), "float32")
+            fn(x, out.array)
+            ctx.verify(f"{name} n={n}", out, x.get(), "float32", rtol=0, atol=0)
+
+
+def benchmarks(ctx):
+    import cupy as cp
+    check_copies(ctx)
+    n = (64 << 20) if ctx.quick else (128 << 20)          # 512 MiB of fp32 (256 MiB quick)
+    x = cp.random.standard_normal(n, dtype=cp.float32)
+    y = cp.empty_like(x)
+    base = bench(lambda: cp.copyto(y, x))
+    for name, fn in COPIES.items():
+        t = bench(lambda: fn(x, y))
+        yield ctx.record(chapter="01", op="copy", kernel=name, shape=[n], dtype="float32", bytes=2 * 4 * n, flops=0,
+                         timing=t, baseline="cupy.copyto", baseline_timing=base, ceiling="copy")
+    c = ctx.ceilings
+    from ..timing import Timing
+    t = Timing(c["fma_ms"], c["fma_spread_ms"], c["fma_ms"], c["fma_ms"], 0)
+    peak_ms = c["fma_flops"] / (c["fp32_peak_tflops"] * 1e12) * 1e3 if c.get("fp32_peak_tflops") else None
+    yield ctx.record(chapter="01", op="fma", kernel="fma_probe", shape=[ctx.sms * 8 * 256], dtype="float32", bytes=0,
+                     flops=c["fma_flops"], timing=t, baseline="fp32 peak: SMs x lanes x 2 x clock",
+                     baseline_timing=Timing(peak_ms, 0, peak_ms, peak_ms, 0) if peak_ms else None,
+                     ceiling="fp32_peak", note=f"SM clock {c.get('sm_clock_mhz')} MHz ({c.get('sm_clock_source')})")

@@ -1,0 +1,153 @@
+"""Checking a kernel's output: poisoned, canary-padded buffers and a comparison that names the element.
+
+- `GuardedOutput` allocates the output inside a larger buffer: the output itself is filled with a NaN
+  whose payload no arithmetic produces (so an element never written is caught), and 256 bytes on each
+  side hold a canary pattern (so a write past either end is caught: CuPy's memory pool rounds
+  allocations up, so such writes would otherwise land silently in its slack).
+- `compare` checks against a reference with tolerances suited to the dtype and reports the first bad
+  element as text that is the same on every run (notebook verdicts are compared by nbval).
+- `expect` validates arrays handed to a kernel wrapper: dtype, shape, contiguity, alignment.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .errors import KernelInputError
+
+PAD_BYTES = 256
+# bit patterns: a quiet NaN with a payload that arithmetic never yields, and a canary (also a NaN)
+POISON = {2: 0x7FA1, 4: 0x7FA1B2C3, 8: 0x7FF1B2C3D4E5F607}
+CANARY = {2: 0x7FA5, 4: 0x7FA5A5A5, 8: 0x7FF5A5A5A5A5A5A5}
+UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+# relative tolerance by the dtype the output is stored in; atol is rtol x the reference's RMS
+TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
+
+
+class GuardedOutput:
+    """An output array of `shape` and `dtype` (numpy dtype; use 'bfloat16' for bf16 stored as uint16)."""
+
+    def __init__(self, shape, dtype="float32"):
+        import cupy as cp
+        self.dtype_name = str(dtype)
+        self.store = np.dtype(np.uint16 if self.dtype_name == "bfloat16" else dtype)
+        self.shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        w = self.store.itemsize
+        pad = PAD_BYTES // w
+        self.pad = pad
+        u = UINT[w]
+        self._raw = cp.empty(self.size + 2 * pad, dtype=u)
+        self._raw.fill(u(CANARY[w]))
+        self._raw[pad:pad + self.size].fill(u(POISON[w]))
+        self.array = self._raw[pad:pad + self.size].view(self.store).reshape(self.shape)
+
+    def problems(self) -> list[str]:
+        """Empty if every element was written and both canaries are intact; else what went wrong."""
+        import cupy as cp
+        w = self.store.itemsize
+        u = UINT[w]
+        out = []
+        before = self._raw[:self.pad] != u(CANARY[w])
+        after = self._raw[self.pad + self.size:] != u(CANARY[w])
+        if bool(before.any()):
+            k = self.pad - int(cp.flatnonzero(before)[0])
+            out.append(f"wrote before the start of the output ({k} elements before element 0)")
+        if bool(after.any()):
+            k = int(cp.flatnonzero(after)[0])
+            out.append(f"wrote past the end of the output (element {self.size + k}, {k + 1} past the last "
+                       f"of {self.size})")
+        unwritten = self._raw[self.pad:self.pad + self.size] == u(POISON[w])
+        if bool(unwritten.any()):
+            idx = cp.flatnonzero(unwritten)
+            i = int(idx[0])
+            out.append(f"{int(idx.size)} of {self.size} output elements never written; first: "
+                       f"{_index(i, self.shape)}")
+        return out
+
+    def values(self):
+        """The output as float64 on the host (bf16 decoded)."""
+        from . import bf16
+        a = self.array
+        if self.dtype_name == "bfloat16":
+            a = bf16.from_bits(a)
+        return a.get().astype(np.float64)
+
+
+def _index(flat: int, shape) -> str:
+    if len(shape) <= 1:
+        return f"[{flat}]"
+    return "[" + ", ".join(str(int(i)) for i in np.unravel_index(flat, shape)) + "]"
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.6g}"
+
+
+@dataclasses.dataclass
+class Mismatch:
+    count: int
+    total: int
+    first: str
+    expected: float
+    got: float
+
+    def __str__(self):
+        return (f"{self.count} of {self.total} elements wrong; first at {self.first}: "
+                f"expected {_fmt(self.expected)}, got {_fmt(self.got)}")
+
+
+def compare(got, ref, dtype: str = "float32", rtol: float | None = None, atol: float | None = None):
+    """None if `got` matches `ref` (host float arrays), else a Mismatch naming the first bad element.
+
+    Tolerance: |got - ref| <= atol + rtol |ref|, with rtol from TOLERANCE[dtype] and atol = rtol x RMS(ref)
+    unless given. NaN must meet NaN and an infinity the same infinity.
+    """
+    got = np.asarray(got, dtype=np.float64).reshape(-1)
+    ref = np.asarray(ref, dtype=np.float64).reshape(-1)
+    shape = np.shape(ref)
+    if got.shape != ref.shape:
+        raise ValueError(f"shape mismatch: got {got.shape}, reference {ref.shape}")
+    rtol = TOLERANCE[dtype] if rtol is None else rtol
+    finite = np.isfinite(ref)
+    if atol is None:
+        atol = rtol * (float(np.sqrt(np.mean(ref[finite] ** 2))) if finite.any() else 1.0)
+    with np.errstate(invalid="ignore"):
+        ok = np.where(finite, np.abs(got - ref) <= atol + rtol * np.abs(ref),
+                      (np.isnan(ref) & np.isnan(got)) | (got == ref))
+    if ok.all():
+        return None
+    bad = np.flatnonzero(~ok)
+    i = int(bad[0])
+    return Mismatch(int(bad.size), int(ref.size), f"[{i}]", float(ref[i]), float(got[i]))
+
+
+def compare_nd(got, ref, shape, **kw):
+    """compare() that reports the first bad element as a multi-dimensional index of `shape`."""
+    m = compare(got, ref, **kw)
+    if m is not None:
+        m.first = _index(int(m.first.strip("[]")), tuple(shape))
+    return m
+
+
+def expect(name: str, a, *, dtype=None, shape=None, ndim=None, align: int = 16, contiguous: bool = True):
+    """Raise KernelInputError naming `name` and what is wrong with it, else return `a`."""
+    import cupy as cp
+    if not isinstance(a, cp.ndarray):
+        raise KernelInputError(f"{name} must be a CuPy array on the GPU, got {type(a).__name__}")
+    if dtype is not None and np.dtype(a.dtype) != np.dtype(dtype):
+        raise KernelInputError(f"{name} has dtype {a.dtype}, expected {np.dtype(dtype)}"
+                               + (" (bf16 is stored as uint16 bit patterns: see labkit.bf16)"
+                                  if np.dtype(dtype) == np.uint16 else ""))
+    if ndim is not None and a.ndim != ndim:
+        raise KernelInputError(f"{name} has {a.ndim} dimensions {a.shape}, expected {ndim}")
+    if shape is not None and tuple(a.shape) != tuple(shape):
+        raise KernelInputError(f"{name} has shape {tuple(a.shape)}, expected {tuple(shape)}")
+    if contiguous and not a.flags.c_contiguous:
+        raise KernelInputError(f"{name} is not contiguous (strides {a.strides}); pass cupy.ascontiguousarray({name})")
+    if align and a.data.ptr % align:
+        raise KernelInputError(f"{name} starts at an address that is not {align}-byte aligned "
+                               f"(address % {align} = {a.data.ptr % align}); this kernel needs aligned input")
+    return a

@@ -1,0 +1,200 @@
+"""Kernel sources -> CuPy modules on a GPU, or -> ptxas reports without one.
+
+Two paths, one set of options:
+- `load_module` / `load_kernel` compile through CuPy (`RawModule`), which needs a device;
+- `compile_check` compiles through NVRTC alone (`cupy.cuda.nvrtc`, from the pip wheels), for any
+  architecture, with no GPU and no system CUDA toolkit, and returns what ptxas reports.
+A compile error raises KernelCompileError that quotes the learner's own line.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import re
+from pathlib import Path
+
+from .errors import KernelCompileError
+from .paths import KERNELS
+
+STD_OPTIONS = ("-std=c++17",)
+ARCHS = ("sm_80", "sm_90", "sm_90a")
+
+
+@functools.lru_cache(maxsize=1)
+def include_dirs() -> tuple[str, ...]:
+    """Folders holding cuda_bf16.h and friends: the pip wheels' headers, else a system toolkit."""
+    found = []
+    try:
+        import nvidia
+        for base in nvidia.__path__:
+            for sub in ("cu13/include", "cuda_runtime/include", "cu12/include"):
+                d = Path(base) / sub
+                if (d / "cuda_bf16.h").exists():
+                    found.append(str(d))
+    except ImportError:
+        pass
+    for env in ("CUDA_PATH", "CUDA_HOME"):
+        if os.environ.get(env):
+            found.append(os.path.join(os.environ[env], "include"))
+    found.append("/usr/local/cuda/include")
+    return tuple(d for d in dict.fromkeys(found) if Path(d, "cuda_bf16.h").exists())
+
+
+def read_source(path_or_source: str | os.PathLike) -> tuple[str, str]:
+    """(source text, display name). Accepts a path under kernels/ (absolute or relative) or CUDA source."""
+    text = str(path_or_source)
+    if "\n" not in text and text.endswith((".cu", ".cuh")):
+        p = Path(text)
+        if not p.is_absolute() and not p.exists():
+            p = KERNELS / p
+        if not p.exists():
+            raise FileNotFoundError(f"kernel source not found: {text}")
+        return _read_file(str(p), p.stat().st_mtime_ns), p.name
+    return text, "kernel.cu"
+
+
+@functools.lru_cache(maxsize=256)
+def _read_file(path: str, mtime_ns: int) -> str:
+    return Path(path).read_text()
+
+
+# ---------------------------------------------------------------------------------------------- errors
+
+_DIAG = re.compile(r"^(?P<file>[^\s()]*)\((?P<line>\d+)\): (?P<kind>error|warning|catastrophic error)[^:]*: (?P<msg>.*)$")
+
+
+def format_compile_error(log: str, source: str, name: str) -> str:
+    """Quote each error with the learner's line and a caret-free pointer, compiler style."""
+    lines = source.splitlines()
+    out = []
+    for raw in log.splitlines():
+        m = _DIAG.match(raw.strip())
+        if not m or m["kind"] == "warning":
+            continue
+        n = int(m["line"])
+        code = lines[n - 1] if 0 < n <= len(lines) else ""
+        out.append(f"{name} line {n}: {m['msg']}\n    {n:4d} | {code}")
+    if not out:  # a message we could not parse: show the compiler's own words
+        out = [ln for ln in log.splitlines() if ln.strip()][:20]
+    return "\n".join(out)
+
+
+# -------------------------------------------------------------------------------------- GPU path (CuPy)
+
+def load_module(path_or_source, options=(), name_expressions=None):
+    """Compile CUDA source (a file under kernels/ or a string) into a `cupy.RawModule`.
+
+    Modules are cached by source text and options: a wrapper may call this on every launch without
+    paying for a module load (which would otherwise land inside a timed region)."""
+    source, name = read_source(path_or_source)
+    return _load_module(source, name, tuple(options), tuple(name_expressions) if name_expressions else None)
+
+
+@functools.lru_cache(maxsize=256)
+def _load_module(source: str, name: str, options: tuple, name_expressions):
+    from .device import require_gpu
+    cp = require_gpu("compiling and running a kernel")
+    opts = tuple(STD_OPTIONS) + tuple(f"-I{d}" for d in include_dirs()) + options
+    try:
+        mod = cp.RawModule(code=source, options=opts, name_expressions=name_expressions)
+        mod.compile()
+    except cp.cuda.compiler.CompileException as e:
+        raise KernelCompileError(format_compile_error(str(e), source, name)) from None
+    return mod
+
+
+def load_kernel(path_or_source, name: str, options=()):
+    """One `__global__` function (declared extern "C") from a source, ready to launch (cached)."""
+    source, src_name = read_source(path_or_source)
+    return _load_kernel(source, src_name, name, tuple(options))
+
+
+@functools.lru_cache(maxsize=512)
+def _load_kernel(source: str, src_name: str, name: str, options: tuple):
+    mod = _load_module(source, src_name, options, None)
+    try:
+        return mod.get_function(name)
+    except Exception:
+        names = re.findall(r'__global__\s+void\s+(\w+)', source)
+        raise KernelCompileError(
+            f"no kernel named '{name}' in the source (found: {', '.join(names) or 'none'}); "
+            "declare it as extern \"C\" __global__ void ...") from None
+
+
+# ---------------------------------------------------------------------------- CPU path (NVRTC alone)
+
+@dataclasses.dataclass
+class FunctionReport:
+    name: str
+    registers: int = 0
+    shared_bytes: int = 0
+    stack_bytes: int = 0
+    spill_stores: int = 0
+    spill_loads: int = 0
+    barriers: int = 0
+
+    @property
+    def spills(self) -> int:
+        return self.spill_stores + self.spill_loads
+
+
+@dataclasses.dataclass
+class PtxasReport:
+    arch: str
+    functions: dict[str, FunctionReport]
+    log: str
+
+    def __str__(self):
+        rows = [f"{'kernel':32s} {'regs':>5s} {'smem B':>7s} {'stack B':>7s} {'spill st/ld':>12s}  [{self.arch}]"]
+        for f in self.functions.values():
+            rows.append(f"{f.name:32s} {f.registers:5d} {f.shared_bytes:7d} {f.stack_bytes:7d} "
+                        f"{f.spill_stores:5d}/{f.spill_loads:<6d}")
+        return "\n".join(rows)
+
+    def _repr_pretty_(self, p, cycle):
+        p.text(str(self))
+
+
+def parse_ptxas(log: str, arch: str) -> PtxasReport:
+    funcs: dict[str, FunctionReport] = {}
+    cur = None
+    for line in log.splitlines():
+        if m := re.search(r"Compiling entry function '(\w+)'", line):
+            cur = funcs.setdefault(m[1], FunctionReport(m[1]))
+        elif m := re.search(r"Function properties for (\w+)", line):
+            cur = funcs.setdefault(m[1], FunctionReport(m[1]))
+        elif cur is not None and (m := re.search(
+                r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)):
+            cur.stack_bytes, cur.spill_stores, cur.spill_loads = map(int, m.groups())
+        elif cur is not None and (m := re.search(r"Used (\d+) registers", line)):
+            cur.registers = int(m[1])
+            if s := re.search(r"(\d+) bytes smem", line):
+                cur.shared_bytes = int(s[1])
+            if b := re.search(r"used (\d+) barriers", line):
+                cur.barriers = int(b[1])
+    return PtxasReport(arch, funcs, log)
+
+
+def compile_check(path_or_source, arch: str = "sm_90", options=()) -> PtxasReport:
+    """Compile for `arch` with NVRTC (no GPU needed) and return ptxas' resource report."""
+    from cupy.cuda import nvrtc
+    source, name = read_source(path_or_source)
+    opts = [f"-arch={arch}", "-Xptxas=-v", *STD_OPTIONS, *(f"-I{d}" for d in include_dirs()), *options]
+    prog = nvrtc.createProgram(source, name, [], [])
+    try:
+        nvrtc.compileProgram(prog, opts)
+    except nvrtc.NVRTCError:
+        log = nvrtc.getProgramLog(prog).rstrip("\x00")
+        raise KernelCompileError(format_compile_error(log, source, name)) from None
+    finally:
+        log = nvrtc.getProgramLog(prog).rstrip("\x00")
+    return parse_ptxas(log, arch)
+
+
+def target_archs(source: str) -> tuple[str, ...]:
+    """Architectures a kernel file must compile for: sm_90a only for Hopper-only files (marked in
+    their header with `// requires: sm_90a`), otherwise sm_80 and sm_90."""
+    if re.search(r"//\s*requires:\s*sm_90a", source):
+        return ("sm_90a",)
+    return ("sm_80", "sm_90")

@@ -1,0 +1,101 @@
+"""What GPU is here, and a clear error where there is none."""
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import re
+
+from .errors import NoGPUError
+
+
+@functools.lru_cache(maxsize=1)
+def has_gpu() -> bool:
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # no CuPy, no driver, or no device: all mean "no GPU" here
+        return False
+
+
+def require_gpu(what: str = "this step"):
+    """Return the cupy module, or raise NoGPUError naming what needed the GPU."""
+    if not has_gpu():
+        raise NoGPUError(what)
+    import cupy
+    return cupy
+
+
+def slug(name: str) -> str:
+    """'NVIDIA H200' -> 'nvidia-h200' (file names of recorded results)."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def gpu_info() -> dict:
+    """Name, compute capability, SMs, L2, clocks, driver and library versions of device 0."""
+    cp = require_gpu("gpu_info")
+    rt = cp.cuda.runtime
+    props = rt.getDeviceProperties(0)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    drv = rt.driverGetVersion()
+    info = {
+        "name": name,
+        "slug": slug(name),
+        "compute_capability": f"{props['major']}.{props['minor']}",
+        "sm_count": props["multiProcessorCount"],
+        "l2_bytes": props["l2CacheSize"],
+        "memory_bytes": props["totalGlobalMem"],
+        "max_sm_clock_mhz": _clock_mhz(props),
+        "driver": _driver_version(),
+        "cuda_driver_api": f"{drv // 1000}.{drv % 1000 // 10}",
+        "cuda_runtime": _runtime_version(rt),
+        "cupy": cp.__version__,
+    }
+    try:
+        import torch
+        info["torch"] = torch.__version__
+    except Exception:
+        pass
+    return info
+
+
+def _clock_mhz(props) -> float | None:
+    khz = props.get("clockRate")
+    if khz:
+        return khz / 1000
+    try:  # CUDA 13 dropped clockRate from the properties; ask NVML
+        import pynvml
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        return float(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM))
+    except Exception:
+        return None
+
+
+def current_sm_clock_mhz() -> float | None:
+    """The SM clock right now, from NVML (None where NVML is missing)."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        return float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM))
+    except Exception:
+        return None
+
+
+def _driver_version() -> str | None:
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        v = pynvml.nvmlSystemGetDriverVersion()
+        return v.decode() if isinstance(v, bytes) else v
+    except Exception:
+        return None
+
+
+def _runtime_version(rt) -> str:
+    v = rt.runtimeGetVersion()
+    return f"{v // 1000}.{v % 1000 // 10}"
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()

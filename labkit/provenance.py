@@ -1,0 +1,85 @@
+"""Provenance of recorded notebooks: where and when they ran, and hashes of the code and kernels they ran.
+
+A recorded notebook carries `metadata.labkit.provenance`; `problems()` recomputes the hashes and says
+which notebook is stale and why (its code changed, or a kernel it uses changed, or it has no provenance).
+Kernel hashes ignore comments and blank space, so a kernel's header (its recorded result) can be updated
+without invalidating the notebooks that ran it.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+from .paths import KERNELS, ROOT
+
+KERNEL_REF = re.compile(r"\b(\d\d-[a-z0-9-]+/\d\d_\w+\.(?:cu|py))\b")
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def strip_comments(source: str) -> str:
+    source = re.sub(r"/\*.*?\*/", "", source, flags=re.S)
+    source = re.sub(r"//[^\n]*", "", source)
+    return "\n".join(" ".join(line.split()) for line in source.splitlines() if line.strip())
+
+
+def kernel_hash(rel: str) -> str:
+    text = (KERNELS / rel).read_text()
+    if rel.endswith(".py"):
+        text = "\n".join(ln.split("#", 1)[0].rstrip() for ln in text.splitlines() if ln.split("#", 1)[0].strip())
+        return _sha(text)
+    return _sha(strip_comments(text))
+
+
+def code_cells(nb) -> list[str]:
+    return [c.source for c in nb.cells if c.cell_type == "code"]
+
+
+def code_hash(nb) -> str:
+    return _sha("\n# ---- cell ----\n".join(code_cells(nb)))
+
+
+def kernels_used(nb) -> list[str]:
+    """Kernel files a notebook names in its code (e.g. "03-elementwise/02_add_vec128.cu"), sorted."""
+    found = set()
+    for src in code_cells(nb):
+        found.update(KERNEL_REF.findall(src))
+    return sorted(found)
+
+
+def stamp(nb, gpu: dict, recorded_at: str, seconds: float | None = None) -> None:
+    """Write provenance into a notebook (nbformat node) that has just been executed on `gpu`."""
+    meta = nb.metadata.setdefault("labkit", {})
+    meta["provenance"] = {
+        "gpu": gpu.get("name"), "compute_capability": gpu.get("compute_capability"),
+        "driver": gpu.get("driver"), "cuda_runtime": gpu.get("cuda_runtime"), "cupy": gpu.get("cupy"),
+        "torch": gpu.get("torch"), "recorded_at": recorded_at, "execution_seconds": seconds,
+        "code_sha256": code_hash(nb),
+        "kernels": {k: kernel_hash(k) for k in kernels_used(nb)},
+    }
+
+
+def problems(path: Path) -> list[str]:
+    """Why the recorded notebook at `path` cannot be trusted; empty when its recording is current."""
+    import nbformat
+    nb = nbformat.read(str(path), as_version=4)
+    name = Path(path).relative_to(ROOT) if Path(path).is_absolute() else path
+    prov = nb.metadata.get("labkit", {}).get("provenance")
+    if not prov:
+        return [f"{name}: no provenance (never recorded on a GPU runner: run `python -m labkit gpu-check`)"]
+    out = []
+    if prov.get("code_sha256") != code_hash(nb):
+        out.append(f"{name}: its code changed since it was recorded on {prov.get('recorded_at')} "
+                   f"({prov.get('gpu')}): re-record it")
+    recorded = prov.get("kernels", {})
+    for k in kernels_used(nb):
+        if k not in recorded:
+            out.append(f"{name}: kernel {k} was not part of the recording")
+        elif not (KERNELS / k).exists():
+            out.append(f"{name}: kernel {k} no longer exists")
+        elif recorded[k] != kernel_hash(k):
+            out.append(f"{name}: kernel {k} changed since it was recorded on {prov.get('recorded_at')}: re-record it")
+    return out

@@ -1,0 +1,125 @@
+"""Recorded measurements shown in the book: tables, rooflines, profiler readings and glued numbers.
+
+Runs without a GPU: it only reads labs/results/<gpu>.json, which the GPU runner writes.
+"""
+from __future__ import annotations
+
+from .paths import RESULTS
+from .records import load_results
+
+DEFAULT_GPU = "nvidia-h200"
+HEADLINE = {  # the shape each op's plain glue keys refer to
+    "copy": "134217728", "fma": None, "add_bf16": "268435456", "bias_gelu": "16384x8192",
+    "rmsnorm": "65536x4096", "layernorm": "65536x4096", "softmax": "65536x4096",
+    "smem_transpose": "8192x8192",
+}
+
+
+class Recorded:
+    """The records of one chapter on one GPU, as recorded by `python -m labkit bench`."""
+
+    def __init__(self, chapter: str, gpu: str = DEFAULT_GPU):
+        path = RESULTS / f"{gpu}.json"
+        if not path.exists():
+            raise FileNotFoundError(f"no recorded results at {path}: run `python -m labkit bench --json {path}` "
+                                    "on a GPU")
+        data = load_results(path)
+        self.chapter = chapter
+        self.gpu = data["gpu"]
+        self.ceilings = data["ceilings"]
+        self.records = [r for r in data["records"] if r.chapter == chapter]
+        self.profiles = [p for p in data.get("profiles", []) if p.get("chapter") == chapter]
+        if not self.records:
+            raise LookupError(f"{path.name} holds no records of chapter {chapter}")
+
+    # ------------------------------------------------------------------------------------ glue
+    def values(self) -> dict[str, float]:
+        v = {"ceiling.copy_gbps": self.ceilings["copy_gbps"],
+             "ceiling.fp32_tflops": self.ceilings["fp32_tflops"],
+             "ceiling.bf16_tflops": self.ceilings["bf16_tflops"]}
+        if self.ceilings.get("fp32_peak_tflops"):
+            v["ceiling.fp32_peak_tflops"] = self.ceilings["fp32_peak_tflops"]
+        for r in self.records:
+            head = HEADLINE.get(r.op)
+            keys = [f"{r.op}.{r.kernel}@{r.shape_key}"]
+            if head is None or r.shape_key == head:
+                keys.append(f"{r.op}.{r.kernel}")
+            for k in keys:
+                v[f"{k}.ms"] = r.median_ms
+                v[f"{k}.gbps"] = r.gbps
+                v[f"{k}.tflops"] = r.tflops
+                v[f"{k}.pct"] = 100 * r.fraction_of_ceiling
+                if r.speedup is not None:
+                    v[f"{k}.xbase"] = r.speedup
+        return v
+
+    def glue_all(self):
+        from myst_nb import glue
+        for k, val in self.values().items():
+            glue(k, val, display=False)
+        glue("gpu.name", self.gpu["name"], display=False)
+        glue("gpu.date", self.date, display=False)
+
+    @property
+    def date(self) -> str:
+        return min(r.recorded_at for r in self.records)[:10]
+
+    # ----------------------------------------------------------------------------------- display
+    def provenance(self):
+        g = self.gpu
+        text = (f"Measured on **{g['name']}** (compute capability {g['compute_capability']}, {g['sm_count']} SMs, "
+                f"driver {g.get('driver')}, CUDA runtime {g.get('cuda_runtime')}, CuPy {g.get('cupy')}"
+                + (f", PyTorch {g['torch']}" if g.get("torch") else "")
+                + f") on {self.date}. Ceilings measured in the same run: copy {self.ceilings['copy_gbps']:.0f} GB/s, "
+                f"fp32 FMA {self.ceilings['fp32_tflops']:.1f} TFLOP/s, bf16 matmul {self.ceilings['bf16_tflops']:.0f} TFLOP/s.")
+        return _markdown(text)
+
+    def rows(self, op: str | None = None):
+        return [r for r in self.records if op is None or r.op == op]
+
+    def table(self, op: str | None = None):
+        return _markdown(records_table(self.rows(op)))
+
+    def roofline(self, op: str | None = None, title: str | None = None):
+        import matplotlib.pyplot as plt
+        from .ceilings import datasheet_for
+        from .roofline import plot
+        ds = datasheet_for(self.gpu["name"])
+        pts = []
+        for r in self.rows(op):
+            head = HEADLINE.get(r.op)
+            if head is None or r.shape_key == head:
+                pts.append(r)
+        plot(pts, self.ceilings, ds[1] if ds else None,
+             title=title or f"Chapter {self.chapter} on {self.gpu['name']} ({self.date})")
+        plt.tight_layout()
+        plt.show()
+
+    def profile(self):
+        if not self.profiles:
+            raise LookupError(f"no profiler readings recorded for chapter {self.chapter}")
+        cols = [c for c in self.profiles[0]["metrics"]]
+        head = "| kernel | " + " | ".join(cols) + " |\n|---|" + "---|" * len(cols) + "\n"
+        body = "".join(f"| {p['kernel']} | " + " | ".join(str(p["metrics"].get(c, "")) for c in cols) + " |\n"
+                       for p in self.profiles)
+        return _markdown(head + body + f"\nNsight Compute `{self.profiles[0].get('tool', 'ncu')}`, "
+                         f"{self.gpu['name']}, {self.profiles[0].get('recorded_at', '')[:10]}.")
+
+
+def records_table(records) -> str:
+    """A Markdown table of records: one row per kernel and shape."""
+    head = ("| op | kernel | shape | dtype | median ms | IQR ms | GB/s | TFLOP/s | % of ceiling | baseline | baseline ms | x baseline |\n"
+            "|---|---|---|---|--:|--:|--:|--:|--:|---|--:|--:|\n")
+    lines = []
+    for r in records:
+        sp = f"{r.speedup:.2f}" if r.speedup is not None else ""
+        bms = f"{r.baseline_median_ms:.4f}" if r.baseline_median_ms else ""
+        lines.append(f"| {r.op} | {r.kernel} | {r.shape_key} | {r.dtype} | {r.median_ms:.4f} | {r.spread_ms:.4f} | "
+                     f"{r.gbps:.0f} | {r.tflops:.3f} | {100 * r.fraction_of_ceiling:.1f}% of {r.ceiling_name} | "
+                     f"{r.baseline or ''} | {bms} | {sp} |")
+    return head + "\n".join(lines) + "\n"
+
+
+def _markdown(text: str):
+    from IPython.display import Markdown
+    return Markdown(text)

@@ -1,0 +1,134 @@
+"""`python -m labkit gpu-check`: prove every notebook and kernel works on this GPU and record what the book shows.
+
+Phases (each can be chosen with --only):
+  tests      pytest -m gpu (the GPU test suite)
+  bench      every chapter's benchmarks -> labs/results/<gpu>.json (ceilings measured in the same run)
+  record     execute each lab and exercise-solution notebook in place (nbclient), stamp its provenance
+  nbval      re-execute the recorded notebooks under nbval: deterministic outputs must match the recording;
+             outputs of cells tagged nbval-ignore-output (timings) are exempt
+A summary table is printed last; the exit status is non-zero if any phase failed.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .paths import LABS, RESULTS, ROOT
+
+PHASES = ("tests", "bench", "record", "nbval")
+SANITIZE = LABS / "nbval-sanitize.cfg"
+
+
+def notebooks() -> list[Path]:
+    """The notebooks the runner records: each chapter's lab and exercise solution source."""
+    out = []
+    for d in sorted(p for p in LABS.iterdir() if p.is_dir() and p.name[:2].isdigit()):
+        out += [p for p in (d / "lab.ipynb", d / "exercises.solution.ipynb") if p.exists()]
+    return out
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def run_tests() -> tuple[bool, str]:
+    r = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "tests"],
+                       cwd=ROOT, env=_env())
+    return r.returncode == 0, f"pytest -m gpu exit {r.returncode}"
+
+
+def run_bench(chapters=None) -> tuple[bool, str]:
+    from . import bench
+    from .records import results_path, save_results
+    gpu, ceilings, records = bench.run(chapters)
+    path = results_path(gpu["slug"])
+    save_results(path, gpu, ceilings, records, replace_chapters=set(r.chapter for r in records))
+    print(bench.summary(records))
+    return True, f"{len(records)} records -> {path.relative_to(ROOT)}"
+
+
+def record_notebooks(paths, timeout: int = 600) -> tuple[bool, str]:
+    import nbformat
+    from nbclient import NotebookClient
+    from tqdm.auto import tqdm
+    from .device import gpu_info, now_iso
+    from .provenance import stamp
+    gpu = gpu_info()
+    failed = []
+    for p in tqdm(paths, desc="recording notebooks", file=sys.stdout):
+        nb = nbformat.read(str(p), as_version=4)
+        t0 = time.time()
+        client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                                resources={"metadata": {"path": str(p.parent)}})
+        client.store_widget_state = False   # the book shows static figures; no widget JS from a CDN
+        try:
+            os.environ.update({"PYTHONPATH": _env()["PYTHONPATH"]})
+            client.execute()
+        except Exception as e:  # keep going: every notebook gets its chance, the summary names failures
+            failed.append(f"{p.relative_to(ROOT)}: {type(e).__name__}: {str(e).splitlines()[-1] if str(e) else ''}")
+            continue
+        strip_widget_views(nb)
+        stamp(nb, gpu, now_iso(), round(time.time() - t0, 1))
+        nbformat.write(nb, str(p))
+        print(f"  {p.relative_to(ROOT)}: {time.time() - t0:.1f} s")
+    return not failed, "; ".join(failed) or f"{len(paths)} notebooks recorded"
+
+
+def strip_widget_views(nb) -> None:
+    """Drop live-widget outputs (they need JavaScript from the network); the static figures stay."""
+    for c in nb.cells:
+        if c.cell_type != "code":
+            continue
+        for o in c.get("outputs", []):
+            data = o.get("data", {})
+            if "application/vnd.jupyter.widget-view+json" in data:
+                data.pop("application/vnd.jupyter.widget-view+json")
+                data.setdefault("text/plain", "(interactive control: run the notebook to use it)")
+    nb.metadata.pop("widgets", None)
+
+
+def run_nbval(paths, workers: int = 4) -> tuple[bool, str]:
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval",
+           "--nbval-sanitize-with", str(SANITIZE), "--nbval-cell-timeout", "600", *map(str, paths)]
+    try:
+        import xdist  # noqa: F401  (timings are exempt, so notebooks may share the GPU)
+        cmd[3:3] = ["-n", str(min(workers, len(paths)))]
+    except ImportError:
+        pass
+    r = subprocess.run(cmd, cwd=ROOT, env=_env())
+    return r.returncode == 0, f"nbval exit {r.returncode}"
+
+
+def gpu_check(only=PHASES, chapters=None) -> int:
+    from .device import gpu_info, require_gpu
+    require_gpu("gpu-check")
+    info = gpu_info()
+    print(f"GPU: {info['name']} (cc {info['compute_capability']}, {info['sm_count']} SMs), driver {info['driver']}, "
+          f"CuPy {info['cupy']}")
+    paths = notebooks()
+    if chapters:
+        paths = [p for p in paths if p.parent.name[:2] in chapters]
+    steps = {"tests": run_tests, "bench": lambda: run_bench(chapters),
+             "record": lambda: record_notebooks(paths), "nbval": lambda: run_nbval(paths)}
+    rows, ok_all, t_all = [], True, time.time()
+    for phase in PHASES:
+        if phase not in only:
+            continue
+        t0 = time.time()
+        try:
+            ok, msg = steps[phase]()
+        except Exception as e:
+            ok, msg = False, f"{type(e).__name__}: {e}"
+        rows.append((phase, ok, time.time() - t0, msg))
+        ok_all &= ok
+    print("\n gpu-check summary")
+    for phase, ok, dt, msg in rows:
+        print(f"  {phase:7s} {'PASS' if ok else 'FAIL'} {dt:7.1f} s  {msg}")
+    print(f"  total   {'PASS' if ok_all else 'FAIL'} {time.time() - t_all:7.1f} s on {info['name']}")
+    return 0 if ok_all else 1

@@ -1,0 +1,32 @@
+"""Shared fixtures. GPU tests carry @pytest.mark.gpu and are skipped, with the reason, where no GPU is visible."""
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_collection_modifyitems(config, items):
+    from labkit.device import has_gpu
+    if has_gpu():
+        return
+    skip = pytest.mark.skip(reason="no CUDA GPU visible: GPU tests run on the GPU runner (python -m labkit gpu-check)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def built_book(tmp_path_factory):
+    """Build the book once per session with warnings as errors; returns the HTML folder."""
+    exe = ROOT / ".venv" / "bin" / "jupyter-book"
+    exe = str(exe) if exe.exists() else shutil.which("jupyter-book")
+    r = subprocess.run([exe, "build", str(ROOT), "-W", "-n", "--keep-going"], capture_output=True, text=True)
+    log = r.stdout + r.stderr
+    (tmp_path_factory.mktemp("book") / "build.log").write_text(log)
+    assert r.returncode == 0, "book build failed with -W -n:\n" + log[-6000:]
+    assert "WARNING" not in log, "book build printed warnings:\n" + "\n".join(
+        ln for ln in log.splitlines() if "WARNING" in ln)[:6000]
+    return ROOT / "_build" / "html"
