@@ -64,6 +64,13 @@ def _gpu_check(args):
     return gpu_check(tuple(args.only.split(",")) if args.only else PHASES, args.chapter or None)
 
 
+def _profile(args):
+    from .runner import run_profile
+    ok, msg = run_profile(args.chapter or None)
+    print(msg)
+    return 0 if ok else 1
+
+
 def _stale(args):
     from .provenance import problems
     from .runner import notebooks
@@ -92,9 +99,12 @@ def main(argv=None) -> int:
     s.add_argument("--quick", action="store_true", help="smaller shapes (a smoke run)")
     s.set_defaults(fn=_bench)
     s = sub.add_parser("gpu-check", help="on a GPU: GPU tests, benchmarks, record every notebook, re-run under nbval")
-    s.add_argument("--only", help="comma-separated phases: tests,bench,record,nbval")
+    s.add_argument("--only", help="comma-separated phases: tests,bench,profile,record,nbval")
     s.add_argument("--chapter", action="append", help="limit bench and notebooks to these chapters")
     s.set_defaults(fn=_gpu_check)
+    s = sub.add_parser("profile", help="Nsight Compute readings of each chapter's kernels into the results file")
+    s.add_argument("--chapter", action="append", help="chapter number such as 03 (repeatable; default: all)")
+    s.set_defaults(fn=_profile)
     s = sub.add_parser("stale", help="list recorded notebooks whose code or kernels changed since recording")
     s.set_defaults(fn=_stale)
     try:

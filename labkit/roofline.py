@@ -52,7 +52,9 @@ def plot(points: Iterable = (), measured: dict | None = None, datasheet: dict | 
         draw(measured["copy_gbps"], [("bf16", measured.get("bf16_tflops"), "#222222"),
                                     ("fp32", measured.get("fp32_tflops"), "#666666")], "-", "measured")
 
-    for i, p in enumerate(_point(p) for p in points):
+    pts = [q for q in (_point(p) for p in points)
+           if q["tflops"] > 0 and math.isfinite(q["intensity"]) and q["intensity"] > 0]  # copies: no FLOPs
+    for i, p in enumerate(pts):
         ax.plot([p["intensity"]], [p["tflops"]], MARKERS[i % len(MARKERS)], color=COLORS[i % len(COLORS)], ms=7,
                 label=p["label"], zorder=6)
 
@@ -72,6 +74,6 @@ def plot(points: Iterable = (), measured: dict | None = None, datasheet: dict | 
 
 
 def _ymin(points) -> float:
-    vals = [_point(p)["tflops"] for p in points]
+    vals = [_point(p)["tflops"] for p in points if math.isfinite(_point(p)["intensity"])]
     vals = [v for v in vals if v > 0]
     return 10 ** math.floor(math.log10(min(vals))) if vals else 0.01

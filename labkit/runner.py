@@ -3,6 +3,7 @@
 Phases (each can be chosen with --only):
   tests      pytest -m gpu (the GPU test suite)
   bench      every chapter's benchmarks -> labs/results/<gpu>.json (ceilings measured in the same run)
+  profile    Nsight Compute readings of each chapter's kernels -> the same results file
   record     execute each lab and exercise-solution notebook in place (nbclient), stamp its provenance
   nbval      re-execute the recorded notebooks under nbval: deterministic outputs must match the recording;
              outputs of cells tagged nbval-ignore-output (timings) are exempt
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from .paths import LABS, RESULTS, ROOT
 
-PHASES = ("tests", "bench", "record", "nbval")
+PHASES = ("tests", "bench", "profile", "record", "nbval")
 SANITIZE = LABS / "nbval-sanitize.cfg"
 
 
@@ -51,6 +52,26 @@ def run_bench(chapters=None) -> tuple[bool, str]:
     save_results(path, gpu, ceilings, records, replace_chapters=set(r.chapter for r in records))
     print(bench.summary(records))
     return True, f"{len(records)} records -> {path.relative_to(ROOT)}"
+
+
+def run_profile(chapters=None) -> tuple[bool, str]:
+    import json
+    from . import profile
+    from .bench import CHAPTERS
+    from .device import gpu_info
+    from .records import results_path
+    path = results_path(gpu_info()["slug"])
+    data = json.loads(path.read_text())
+    failed, got = [], []
+    for ch in sorted(chapters or CHAPTERS):
+        try:
+            got += profile.run(ch)
+        except Exception as e:
+            failed.append(f"chapter {ch}: {str(e)[:300]}")
+    done = {p["chapter"] for p in got}
+    data["profiles"] = [p for p in data.get("profiles", []) if p["chapter"] not in done] + got
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return not failed, "; ".join(failed) or f"{len(got)} kernels profiled"
 
 
 def record_notebooks(paths, timeout: int = 600) -> tuple[bool, str]:
@@ -114,7 +135,7 @@ def gpu_check(only=PHASES, chapters=None) -> int:
     paths = notebooks()
     if chapters:
         paths = [p for p in paths if p.parent.name[:2] in chapters]
-    steps = {"tests": run_tests, "bench": lambda: run_bench(chapters),
+    steps = {"tests": run_tests, "bench": lambda: run_bench(chapters), "profile": lambda: run_profile(chapters),
              "record": lambda: record_notebooks(paths), "nbval": lambda: run_nbval(paths)}
     rows, ok_all, t_all = [], True, time.time()
     for phase in PHASES:

@@ -5,6 +5,7 @@ The arithmetic (`summarize`) is separate from the GPU loop (`bench`) so it is te
 from __future__ import annotations
 
 import dataclasses
+import os
 import statistics
 from typing import Callable, Sequence
 
@@ -59,6 +60,10 @@ def bench(fn: Callable, *, inputs: Sequence[tuple] | None = None, warmup_ms: flo
     """
     import cupy as cp
     global _flusher
+    if os.environ.get("LABKIT_PROFILE"):   # under a profiler: run once, the profiler does the timing
+        (fn() if inputs is None else fn(*inputs[0]))
+        cp.cuda.get_current_stream().synchronize()
+        return Timing(1.0, 0.0, 1.0, 1.0, 1)
     if flush_l2 and _flusher is None:
         _flusher = L2Flusher()
     call = (lambda i: fn()) if inputs is None else (lambda i: fn(*inputs[i % len(inputs)]))

@@ -69,3 +69,27 @@ def benchmarks(ctx):
                      flops=c["fma_flops"], timing=t, baseline="fp32 peak: SMs x lanes x 2 x clock",
                      baseline_timing=Timing(peak_ms, 0, peak_ms, peak_ms, 0) if peak_ms else None,
                      ceiling="fp32_peak", note=f"SM clock {c.get('sm_clock_mhz')} MHz ({c.get('sm_clock_source')})")
+
+
+# ------------------------------------------------------------------ operations placed on the roofline
+# (FLOPs, minimal DRAM bytes) of common operations in bf16, by one size parameter: the lab's control.
+OPERATIONS = {
+    "bf16 add y = x + b (n elements)": lambda n: (n, 6 * n),
+    "softmax, rows of 4096 (n rows)": lambda n: (5 * n * 4096, 4 * n * 4096),
+    "RMSNorm, hidden 4096 (n rows)": lambda n: (4 * n * 4096, 4 * n * 4096),
+    "GEMM n x n x n": lambda n: (2 * n ** 3, 6 * n ** 2),
+    "attention, 16 heads x d=128, n tokens (one sequence)": lambda n: (4 * 16 * n * n * 128, 4 * 2 * 16 * n * 128),
+}
+
+
+def operation_point(op: str, n: int, ceilings: dict) -> dict:
+    """Where an operation of size n sits: intensity, attainable TFLOP/s, floor time and which roof binds."""
+    from ..roofline import roof
+    flops, nbytes = OPERATIONS[op](n)
+    ai = flops / nbytes
+    t_mem = nbytes / (ceilings["copy_gbps"] * 1e9)
+    t_math = flops / (ceilings["bf16_tflops"] * 1e12)
+    return {"label": f"{op.split(' (')[0]}, n={n}", "intensity": ai,
+            "tflops": roof(ai, ceilings["copy_gbps"], ceilings["bf16_tflops"]),
+            "floor_us": 1e6 * max(t_mem, t_math), "bound": "memory" if t_mem >= t_math else "compute",
+            "flops": flops, "bytes": nbytes}

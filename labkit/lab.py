@@ -1,0 +1,58 @@
+"""What a lab notebook needs in a few calls: this GPU and its ceilings, kernel sources shown, tables and
+rooflines of measured records, and interactive controls that leave a static figure behind."""
+from __future__ import annotations
+
+from .device import require_gpu
+
+
+class Lab:
+    """A lab session on this GPU: its facts, its ceilings (measured once per GPU, cached) and a Context."""
+
+    def __init__(self, chapter: str, quick: bool = True):
+        from . import ceilings
+        from .bench import Context
+        from .device import gpu_info, now_iso
+        require_gpu(f"the chapter {chapter} lab")
+        self.chapter = chapter
+        self.gpu = gpu_info()
+        self.ceilings = ceilings.measure(verbose=True)
+        self.started = now_iso()
+        self.ctx = Context(self.ceilings, self.gpu, quick=quick)
+
+    def __repr__(self):
+        g, c = self.gpu, self.ceilings
+        return (f"GPU {g['name']} (cc {g['compute_capability']}, {g['sm_count']} SMs, L2 {g['l2_bytes'] >> 20} MiB), "
+                f"driver {g['driver']}, CUDA runtime {g['cuda_runtime']}, CuPy {g['cupy']}"
+                + (f", PyTorch {g['torch']}" if g.get("torch") else "") + f"\nrun at {self.started}\n"
+                f"ceilings measured on this GPU: copy {c['copy_gbps']:.0f} GB/s, fp32 FMA {c['fp32_tflops']:.1f} TFLOP/s"
+                + (f" (peak at {c['sm_clock_mhz']:.0f} MHz: {c['fp32_peak_tflops']:.1f})" if c.get("fp32_peak_tflops") else "")
+                + f", bf16 matmul {c['bf16_tflops']:.0f} TFLOP/s")
+
+    def checks(self) -> str:
+        """The correctness lines logged so far (deterministic text)."""
+        return "\n".join(self.ctx.log)
+
+    def table(self, records):
+        from IPython.display import Markdown
+        from .report import records_table
+        return Markdown(records_table(records))
+
+    def roofline(self, records, title: str | None = None, extra=()):
+        import matplotlib.pyplot as plt
+        from .ceilings import datasheet_for
+        from .roofline import plot
+        ds = datasheet_for(self.gpu["name"])
+        plot(list(records) + list(extra), self.ceilings, ds[1] if ds else None,
+             title=title or f"Chapter {self.chapter} on {self.gpu['name']}")
+        plt.tight_layout()
+        plt.show()
+
+
+def show(path: str, lines: tuple[int, int] | None = None):
+    """Display a kernel file from kernels/ with CUDA highlighting (the notebook shows what it runs)."""
+    from IPython.display import Markdown
+    from .compile import read_source
+    src, name = read_source(path)
+    if lines:
+        src = "\n".join(src.splitlines()[lines[0] - 1:lines[1]])
+    return Markdown(f"`kernels/{path}`\n\n```cuda\n{src.rstrip()}\n```")

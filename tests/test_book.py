@@ -1,0 +1,98 @@
+"""The book builds with -W -n, and reads in a real browser: every page of the table of contents, served on
+127.0.0.1 and driven by Playwright through Debian's Chromium (no browser download), loads nothing from the
+network, logs no console errors, has no broken images and no unrendered math."""
+import functools
+import http.server
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def toc_pages() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    pages = [toc["root"]]
+
+    def walk(entries):
+        for e in entries or []:
+            if "file" in e:
+                pages.append(e["file"])
+            walk(e.get("sections"))
+            walk(e.get("chapters"))
+    for part in toc.get("parts", []):
+        walk(part.get("chapters"))
+    return pages
+
+
+def test_book_builds_without_warnings(built_book):
+    for page in toc_pages():
+        assert (built_book / f"{page}.html").exists(), f"{page} missing from the build"
+
+
+def test_math_is_served_locally(built_book):
+    html = (built_book / "book/01-roofline/index.html").read_text()
+    assert "_static/mathjax/tex-chtml.js" in html
+    assert "cdn.jsdelivr" not in html and "unpkg.com" not in html
+    assert (built_book / "_static/mathjax/tex-chtml.js").exists()
+
+
+@pytest.fixture(scope="module")
+def server(built_book):
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(built_book))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    handler.log_message = lambda *a, **k: None
+    t = threading.Thread(target=httpd.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.mark.browser
+def test_every_page_renders_in_chromium(server, built_book):
+    assert CHROMIUM, "Debian's chromium is not installed (apt-get install chromium); .ci/run installs it"
+    from playwright.sync_api import sync_playwright
+    shots = ROOT / "_build" / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    problems = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        current = {"url": ""}
+        page.on("console", lambda m: m.type == "error" and problems.append(f"{current['url']}: console: {m.text}"))
+        page.on("pageerror", lambda e: problems.append(f"{current['url']}: page error: {e}"))
+
+        def route(r):
+            if r.request.url.startswith(server) or r.request.url.startswith("data:"):
+                return r.continue_()
+            problems.append(f"{current['url']}: requested {r.request.url} from the network")
+            return r.abort()
+        page.route("**/*", route)
+        for name in toc_pages():
+            current["url"] = f"{server}/{name}.html"
+            resp = page.goto(current["url"], wait_until="load")
+            assert resp and resp.ok, f"{name}: HTTP {resp.status if resp else 'no response'}"
+            page.evaluate("async () => { if (window.MathJax && MathJax.startup) await MathJax.startup.promise; }")
+            broken = page.evaluate("() => [...document.images].filter(i => !i.complete || i.naturalWidth === 0)"
+                                   ".map(i => i.getAttribute('src'))")
+            if broken:
+                problems.append(f"{name}: broken images {broken}")
+            text = page.evaluate("() => { const m = document.querySelector('main') || document.body;"
+                                 " const c = m.cloneNode(true); c.querySelectorAll('pre, code').forEach(e => e.remove());"
+                                 " return c.innerText; }")
+            for raw in ("\\(", "\\[", "$$"):
+                if raw in text:
+                    problems.append(f"{name}: unrendered math ({raw!r} left in the text)")
+            page.screenshot(path=str(shots / (name.replace("/", "_") + ".png")), full_page=False)
+        # a chapter page must have math that MathJax turned into markup
+        page.goto(f"{server}/book/01-roofline/index.html", wait_until="load")
+        page.evaluate("async () => { await MathJax.startup.promise; }")
+        assert page.locator("mjx-container").count() > 0, "MathJax did not render the chapter's math"
+        browser.close()
+    assert not problems, "\n".join(problems)

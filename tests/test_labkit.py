@@ -1,0 +1,149 @@
+"""labkit's logic without a GPU: timing arithmetic, records, roofline geometry, bf16, checks, errors."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from labkit import bf16
+from labkit.ceilings import DATASHEET, datasheet_for, fp32_peak_tflops, ridge_point, table
+from labkit.checks import compare, compare_nd
+from labkit.errors import NoGPUError
+from labkit.records import Record, load_results, save_results
+from labkit.roofline import plot, roof
+from labkit.timing import summarize
+
+
+def test_summarize_median_and_iqr():
+    t = summarize([5.0, 1.0, 2.0, 3.0, 4.0])
+    assert t.median_ms == 3.0 and t.min_ms == 1.0 and t.max_ms == 5.0 and t.reps == 5
+    assert t.spread_ms == pytest.approx(2.0)           # quartiles 2 and 4
+    assert summarize([2.0, 1.0]).spread_ms == 1.0
+    with pytest.raises(ValueError):
+        summarize([])
+
+
+def _rec(**kw):
+    base = dict(chapter="03", op="add_bf16", kernel="vec128", shape=[1 << 28], dtype="bfloat16",
+                bytes=6 << 28, flops=1 << 28, median_ms=0.4, spread_ms=0.01, baseline="torch.add",
+                baseline_median_ms=0.8, ceiling_name="copy", ceiling_value=4000.0, recorded_at="2026-11-30T00:00:00+00:00")
+    base.update(kw)
+    return Record(**base)
+
+
+def test_record_rates_fraction_and_speedup():
+    r = _rec()
+    assert r.gbps == pytest.approx((6 << 28) / 0.4e-3 / 1e9)
+    assert r.fraction_of_ceiling == pytest.approx(r.gbps / 4000.0)
+    assert r.speedup == pytest.approx(2.0)
+    assert r.intensity == pytest.approx(1 / 6)
+    f = _rec(op="fma", bytes=0, flops=10 ** 12, median_ms=20.0, ceiling_name="fp32_peak", ceiling_value=60.0)
+    assert f.tflops == pytest.approx(50.0) and f.fraction_of_ceiling == pytest.approx(50 / 60)
+
+
+def test_results_round_trip_and_chapter_replacement(tmp_path):
+    p = tmp_path / "gpu.json"
+    gpu = {"name": "Fake GPU", "slug": "fake-gpu"}
+    save_results(p, gpu, {"copy_gbps": 1.0}, [_rec(chapter="01"), _rec(chapter="03")])
+    save_results(p, gpu, {"copy_gbps": 2.0}, [_rec(chapter="03", kernel="new")], replace_chapters={"03"})
+    data = load_results(p)
+    assert [(r.chapter, r.kernel) for r in data["records"]] == [("01", "vec128"), ("03", "new")]
+    raw = json.loads(p.read_text())
+    needed = {"chapter", "op", "kernel", "shape", "dtype", "bytes", "flops", "median_ms", "spread_ms", "baseline",
+              "baseline_median_ms", "ceiling_name", "ceiling_value", "fraction_of_ceiling", "recorded_at"}
+    assert needed <= set(raw["records"][0])
+    assert data["ceilings"]["copy_gbps"] == 2.0
+
+
+def test_roofline_geometry():
+    assert ridge_point(312, 2000) == pytest.approx(156)            # A100: 312 TFLOP/s over 2.0 TB/s
+    assert roof(1.0, 2000, 312) == pytest.approx(2.0)              # memory-bound: 1 FLOP/B x 2 TB/s
+    assert roof(1000, 2000, 312) == 312                            # compute-bound
+    assert roof(ridge_point(312, 2000), 2000, 312) == pytest.approx(312)
+    assert fp32_peak_tflops(132, "9.0", 1980) == pytest.approx(66.9, rel=1e-3)
+    assert fp32_peak_tflops(108, "8.0", 1410) == pytest.approx(19.5, rel=1e-2)   # A100: 64 lanes per SM
+
+
+def test_datasheet_lookup_and_table():
+    assert datasheet_for("NVIDIA H200")[0] == "H200"
+    assert datasheet_for("NVIDIA H100 80GB HBM3")[0] == "H100 SXM"
+    assert datasheet_for("NVIDIA A100-SXM4-80GB")[0] == "A100 SXM"
+    assert datasheet_for("Tesla T4")[0] == "T4" and datasheet_for("NVIDIA L4")[0] == "L4"
+    assert datasheet_for("NVIDIA GeForce RTX 4090")[0] == "RTX 4090"
+    assert datasheet_for("Some Other GPU") is None
+    t = table({"copy_gbps": 4000, "fp32_tflops": 60, "bf16_tflops": 800, "gpu": "NVIDIA H200"})
+    assert all(name in t for name in DATASHEET) and "(measured)" in t
+
+
+def test_roofline_plot_is_drawn(tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    ax = plot([_rec(), {"label": "gemm", "intensity": 1000.0, "tflops": 700.0}],
+              {"copy_gbps": 4100, "fp32_tflops": 65, "bf16_tflops": 790}, DATASHEET["H200"], title="t")
+    labels = [l.get_label() for l in ax.get_lines()]
+    assert "add_bf16: vec128" in labels and "gemm" in labels
+    assert any("datasheet" in l for l in labels) and any("measured" in l for l in labels)
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    ax.figure.savefig(tmp_path / "r.png")
+    assert (tmp_path / "r.png").stat().st_size > 10_000
+
+
+def test_bf16_round_trip_rounds_to_nearest_even():
+    x = np.array([1.0, 1.00390625, 1.01171875, -2.5, np.inf, np.nan, 3.0e38], dtype=np.float32)
+    bits = bf16.to_bits(x)
+    assert bits.dtype == np.uint16
+    back = bf16.from_bits(bits)
+    assert back[0] == 1.0 and back[1] == 1.0            # tie -> even
+    assert back[2] == pytest.approx(1.015625)           # tie -> even (up)
+    assert back[3] == -2.5 and np.isinf(back[4]) and np.isnan(back[5])
+    assert np.all(bf16.round_trip(back[:4]) == back[:4])
+
+
+def test_compare_names_the_first_wrong_element():
+    ref = np.arange(12, dtype=np.float64)
+    got = ref.copy()
+    got[7] = 100.0
+    got[9] = np.nan
+    m = compare(got, ref, dtype="float32")
+    assert m.count == 2 and m.first == "[7]" and m.expected == 7.0 and m.got == 100.0
+    assert str(m) == "2 of 12 elements wrong; first at [7]: expected 7, got 100"
+    m2 = compare_nd(got, ref, (3, 4), dtype="float32")
+    assert m2.first == "[1, 3]"
+    assert compare(ref, ref, dtype="float32") is None
+
+
+def test_compare_nan_and_inf_must_match():
+    ref = np.array([np.nan, np.inf, 1.0])
+    assert compare(np.array([np.nan, np.inf, 1.0]), ref) is None
+    assert compare(np.array([0.0, np.inf, 1.0]), ref).first == "[0]"
+    assert compare(np.array([np.nan, -np.inf, 1.0]), ref).first == "[1]"
+
+
+def test_bf16_tolerance_is_looser_than_fp32():
+    ref = np.linspace(1, 2, 100)
+    got = ref * (1 + 4e-3)
+    assert compare(got, ref, dtype="bfloat16") is None
+    assert compare(got, ref, dtype="float32") is not None
+
+
+def test_no_gpu_error_says_what_still_works():
+    msg = str(NoGPUError("timing a kernel"))
+    assert "timing a kernel needs a CUDA GPU" in msg and "compile" in msg and "recorded" in msg
+
+
+def test_cli_lists_the_verbs(capsys):
+    from labkit.__main__ import main
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for verb in ("info", "compile-check", "ceilings", "bench", "gpu-check", "stale", "release", "grade"):
+        assert verb in out, verb
+
+
+def test_info_without_gpu(capsys):
+    from labkit.__main__ import main
+    from labkit.device import has_gpu
+    if has_gpu():
+        pytest.skip("this test describes the no-GPU path")
+    assert main(["info"]) == 0
+    assert "No CUDA GPU visible" in capsys.readouterr().out

@@ -1,0 +1,101 @@
+"""Recorded notebooks and measurements: present, complete, with provenance, and not stale."""
+import json
+import shutil
+
+import nbformat
+import pytest
+
+import labkit.provenance as prov
+from labkit.paths import KERNELS, LABS, RESULTS
+from labkit.runner import notebooks
+
+NOTEBOOKS = notebooks()
+LABS_NB = [p for p in NOTEBOOKS if p.name == "lab.ipynb"]
+RESULT_FIELDS = {"chapter", "op", "kernel", "shape", "dtype", "bytes", "flops", "median_ms", "spread_ms", "baseline",
+                 "baseline_median_ms", "ceiling_name", "ceiling_value", "fraction_of_ceiling", "recorded_at"}
+OPS_BY_CHAPTER = {"01": {"copy", "fma"}, "02": {"add_bf16"}, "03": {"add_bf16", "bias_gelu"},
+                  "04": {"rmsnorm", "layernorm", "softmax"}}
+
+
+def _id(p):
+    return str(p.relative_to(LABS))
+
+
+def test_every_chapter_has_a_recorded_lab():
+    assert {p.parent.name[:2] for p in LABS_NB} >= set(OPS_BY_CHAPTER)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_id)
+def test_recording_is_current(path):
+    assert prov.problems(path) == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_id)
+def test_recording_ran_clean_on_a_gpu(path):
+    nb = nbformat.read(str(path), as_version=4)
+    p = nb.metadata["labkit"]["provenance"]
+    assert p["gpu"] and p["driver"] and p["cupy"] and p["recorded_at"]
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.get("execution_count") for c in code), "every code cell was executed"
+    errors = [o for c in code for o in c.outputs if o.output_type == "error"]
+    assert not errors, f"recorded errors: {[e.ename for e in errors]}"
+
+
+@pytest.mark.parametrize("path", LABS_NB, ids=_id)
+def test_lab_structure(path):
+    nb = nbformat.read(str(path), as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "lab.show(" in code, "the lab shows the kernel sources it runs"
+    assert "ipywidgets" in code, "the lab has an interactive control"
+    pngs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
+    assert pngs, "the lab leaves static figures (roofline) in the book"
+    timed = [c for c in nb.cells if c.cell_type == "code" and "nbval-ignore-output" in c.metadata.get("tags", [])]
+    assert timed, "timing cells are tagged nbval-ignore-output"
+    assert "widgets" not in nb.metadata, "no live widget state (it would load JavaScript from a CDN)"
+
+
+def test_results_file_has_every_chapters_ops():
+    files = sorted(RESULTS.glob("*.json"))
+    assert files, "no recorded results under labs/results"
+    data = json.loads((RESULTS / "nvidia-h200.json").read_text())
+    assert {"name", "compute_capability", "driver", "cuda_runtime", "cupy"} <= set(data["gpu"])
+    assert {"copy_gbps", "fp32_tflops", "bf16_tflops"} <= set(data["ceilings"])
+    for r in data["records"]:
+        assert RESULT_FIELDS <= set(r), r
+        assert r["median_ms"] > 0 and 0 < r["fraction_of_ceiling"] < 1.5
+    for ch, ops in OPS_BY_CHAPTER.items():
+        have = {r["op"] for r in data["records"] if r["chapter"] == ch}
+        assert ops <= have, f"chapter {ch} lacks records of {ops - have}"
+
+
+def test_changing_a_kernel_line_makes_its_notebook_stale(tmp_path, monkeypatch):
+    nb_path = next(p for p in LABS_NB if prov.kernels_used(nbformat.read(str(p), as_version=4)))
+    nb = nbformat.read(str(nb_path), as_version=4)
+    kernel = prov.kernels_used(nb)[0]
+    copy = tmp_path / "kernels"
+    shutil.copytree(KERNELS, copy)
+    src = (copy / kernel).read_text().splitlines()
+    i = next(i for i, line in enumerate(src) if line.strip() and not line.strip().startswith("//") and "{" in line)
+    src[i] = src[i] + " int changed_line = 0;"
+    (copy / kernel).write_text("\n".join(src))
+    monkeypatch.setattr(prov, "KERNELS", copy)
+    msgs = prov.problems(nb_path)
+    assert any(kernel in m and nb_path.name in m and "changed" in m for m in msgs), msgs
+
+
+def test_a_comment_change_does_not_make_it_stale(tmp_path, monkeypatch):
+    nb_path = LABS_NB[0]
+    kernel = prov.kernels_used(nbformat.read(str(nb_path), as_version=4))[0]
+    copy = tmp_path / "kernels"
+    shutil.copytree(KERNELS, copy)
+    (copy / kernel).write_text("// Result (H200): recorded figure updated\n" + (copy / kernel).read_text())
+    monkeypatch.setattr(prov, "KERNELS", copy)
+    assert prov.problems(nb_path) == []
+
+
+def test_notebook_without_provenance_is_reported(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_code_cell("x = 1"))
+    p = tmp_path / "lab.ipynb"
+    nbformat.write(nb, str(p))
+    assert "no provenance" in prov.problems(p)[0]
