@@ -18,7 +18,7 @@ from pathlib import Path
 DATASHEET = {
     "A100 SXM": dict(bandwidth_gbps=2039, fp32_tflops=19.5, bf16_tflops=312, sms=108, l2_mb=40),
     "H100 SXM": dict(bandwidth_gbps=3350, fp32_tflops=67, bf16_tflops=989, sms=132, l2_mb=50),
-    "H200": dict(bandwidth_gbps=4800, fp32_tflops=67, bf16_tflops=989, sms=132, l2_mb=50),
+    "H200": dict(bandwidth_gbps=4800, fp32_tflops=67, bf16_tflops=989, sms=132, l2_mb=60),
     "L4": dict(bandwidth_gbps=300, fp32_tflops=30.3, bf16_tflops=121, sms=58, l2_mb=48),
     "T4": dict(bandwidth_gbps=320, fp32_tflops=8.1, bf16_tflops=65, sms=40, l2_mb=4, note="fp16 tensor rate"),
     "RTX 4090": dict(bandwidth_gbps=1008, fp32_tflops=82.6, bf16_tflops=165.2, sms=128, l2_mb=72),

@@ -3,8 +3,9 @@
 // Idea: the simplest kernel that moves bytes: each thread reads one float and writes it back elsewhere.
 // Bytes moved: 4 read + 4 written per element; no arithmetic, so the time is all memory traffic.
 // Prediction: each warp instruction moves only 128 bytes, and each thread has a single load in flight,
-// so the SMs hold too few bytes in flight to cover DRAM latency (Little's law); expect it to land
-// somewhat below the library copy (cudaMemcpy), around 85-95% of it on an H200.
+// so the SMs hold too few bytes in flight to cover DRAM latency (Little's law: at most 2048 threads x
+// 4 bytes = 8 KiB per SM, against the ~25 KiB per SM an H200 needs); expect well under the library copy
+// (cudaMemcpy): about two thirds of it on an H200.
 // Result (H200, recorded in labs/results/nvidia-h200.json, op "copy", kernel "copy_scalar"):
 // see the chapter 01 table; the book quotes the recorded figure.
 extern "C" __global__ void copy_scalar(const float* __restrict__ x, float* __restrict__ y, long long n)

@@ -1,0 +1,158 @@
+// Chapter 04, version 3: LayerNorm in two reductions, mean first, then the variance around it.
+//
+//   mean = sum_i x[r, i] / N,  var = sum_i (x[r, i] - mean)^2 / N,
+//   y[r, i] = (x[r, i] - mean) * rsqrt(var + eps) * w[i] + b[i]      (bf16 in and out, fp32 inside)
+//
+// Idea: the textbook algorithm, one block per row, written for any N. Pass 1 reads the row and reduces
+// sum(x) -> mean. Pass 2 reads the row AGAIN and reduces sum((x - mean)^2) -> var: subtracting the mean
+// before squaring is what makes it accurate (var = E[x^2] - mean^2 in fp32 loses every digit when
+// |mean| >> std). Pass 3 reads the row a third time and writes y. Each reduction: warp shuffles, one
+// shared-memory exchange of per-warp partials. Loads are 16-byte vectors when N % 8 == 0 (single elements
+// otherwise), four in flight per thread.
+//
+// Prediction (65536 x 4096 bf16): bytes that must move = 2*2*M*N + 2*2*N = 1.07 GB, ~0.26 ms at
+// ~4.1 TB/s. This kernel reads each row three times. The second and third reads are of a row the block
+// touched microseconds ago: rows in flight are ~132 SMs x 8 blocks x 8 KB = 8.6 MB, far under the 60 MB
+// L2 (and a block's 8 KB row may still sit in its SM's L1), so DRAM traffic stays ~1x; what costs is the
+// L1/L2 round trips (three load phases and two barriers per row, during which the row's loads are not in
+// flight). Expect ~75-90% of the copy bandwidth; `layernorm_welford` (one read, rows in registers) should
+// beat it.
+// Result (H200, op "layernorm", kernel "twopass"): see the chapter 04 table.
+#include <cuda_bf16.h>
+
+#define FULL_MASK 0xffffffffu
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        v += __shfl_xor_sync(FULL_MASK, v, o);
+    }
+    return v;
+}
+
+// sum over the whole block (blockDim a power of two, 32..1024); every thread gets the total
+__device__ __forceinline__ float block_sum(float v, float* red)
+{
+    v = warp_sum(v);
+    const int nwarps = blockDim.x >> 5;
+    if (nwarps > 1) {
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        if (lane == 0) {
+            red[warp] = v;
+        }
+        __syncthreads();
+        v = (lane < nwarps) ? red[lane] : 0.f;
+        v = warp_sum(v);
+    }
+    return v;
+}
+
+__device__ __forceinline__ void unpack8(const uint4 v, float f[8])
+{
+    f[0] = __uint_as_float(v.x << 16); f[1] = __uint_as_float(v.x & 0xffff0000u);
+    f[2] = __uint_as_float(v.y << 16); f[3] = __uint_as_float(v.y & 0xffff0000u);
+    f[4] = __uint_as_float(v.z << 16); f[5] = __uint_as_float(v.z & 0xffff0000u);
+    f[6] = __uint_as_float(v.w << 16); f[7] = __uint_as_float(v.w & 0xffff0000u);
+}
+
+__device__ __forceinline__ unsigned int pack2(float a, float b)
+{
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<unsigned int*>(&h);
+}
+
+// Call f(value) for each element of the row this thread owns (elements c, c + T, ... in units of
+// 16-byte vectors when N % 8 == 0, else single elements), four loads in flight per step.
+template <typename F>
+__device__ __forceinline__ void for_each_element(const __nv_bfloat16* __restrict__ xr, int N, F f)
+{
+    const int T = blockDim.x;
+    if ((N & 7) == 0) {
+        const int nvec = N >> 3;
+        const uint4* __restrict__ xv = reinterpret_cast<const uint4*>(xr);
+        for (int c = threadIdx.x; c < nvec; c += 4 * T) {
+            uint4 v[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int i = c + k * T;
+                v[k] = i < nvec ? xv[i] : make_uint4(0u, 0u, 0u, 0u);
+            }
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                if (c + k * T < nvec) {
+                    float e[8];
+                    unpack8(v[k], e);
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) {
+                        f(e[j]);
+                    }
+                }
+            }
+        }
+    } else {
+        for (int c = threadIdx.x; c < N; c += 4 * T) {
+            float e[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int i = c + k * T;
+                e[k] = i < N ? __bfloat162float(xr[i]) : 0.f;
+            }
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                if (c + k * T < N) {
+                    f(e[k]);
+                }
+            }
+        }
+    }
+}
+
+// grid = M blocks, blockDim a power of two from 32 to 512
+extern "C" __global__ void __launch_bounds__(512)
+layernorm_twopass(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
+                  const __nv_bfloat16* __restrict__ b, __nv_bfloat16* __restrict__ y,
+                  int M, int N, float eps)
+{
+    __shared__ float red_mean[32], red_var[32];      // one array per reduction: no barrier between them
+    const long long base = (long long)blockIdx.x * N;  // 64-bit: M*N may exceed 2^31
+    const __nv_bfloat16* __restrict__ xr = x + base;
+    __nv_bfloat16* __restrict__ yr = y + base;
+
+    // pass 1: the mean
+    float s = 0.f;
+    for_each_element(xr, N, [&](float v) { s += v; });
+    const float mean = block_sum(s, red_mean) / (float)N;
+
+    // pass 2: the variance around it (re-reading the row)
+    float q = 0.f;
+    for_each_element(xr, N, [&](float v) { const float d = v - mean; q = fmaf(d, d, q); });
+    const float rstd = rsqrtf(block_sum(q, red_var) / (float)N + eps);
+
+    // pass 3: normalise (re-reading the row once more)
+    const int T = blockDim.x;
+    if ((N & 7) == 0) {
+        const int nvec = N >> 3;
+        const uint4* __restrict__ xv = reinterpret_cast<const uint4*>(xr);
+        const uint4* __restrict__ wv = reinterpret_cast<const uint4*>(w);
+        const uint4* __restrict__ bv = reinterpret_cast<const uint4*>(b);
+        uint4* __restrict__ yv = reinterpret_cast<uint4*>(yr);
+        for (int i = threadIdx.x; i < nvec; i += T) {
+            float f[8], g[8], h[8];
+            unpack8(xv[i], f);
+            unpack8(wv[i], g);
+            unpack8(bv[i], h);
+            uint4 o;
+            o.x = pack2(fmaf((f[0] - mean) * rstd, g[0], h[0]), fmaf((f[1] - mean) * rstd, g[1], h[1]));
+            o.y = pack2(fmaf((f[2] - mean) * rstd, g[2], h[2]), fmaf((f[3] - mean) * rstd, g[3], h[3]));
+            o.z = pack2(fmaf((f[4] - mean) * rstd, g[4], h[4]), fmaf((f[5] - mean) * rstd, g[5], h[5]));
+            o.w = pack2(fmaf((f[6] - mean) * rstd, g[6], h[6]), fmaf((f[7] - mean) * rstd, g[7], h[7]));
+            yv[i] = o;
+        }
+    } else {
+        for (int i = threadIdx.x; i < N; i += T) {
+            const float v = __bfloat162float(xr[i]);
+            yr[i] = __float2bfloat16_rn(fmaf((v - mean) * rstd, __bfloat162float(w[i]), __bfloat162float(b[i])));
+        }
+    }
+}
