@@ -12,11 +12,14 @@
 //
 // Prediction (65536 x 4096 bf16): bytes that must move = 2*2*M*N + 2*2*N = 1.07 GB, ~0.26 ms at
 // ~4.1 TB/s. This kernel reads each row three times. The second and third reads are of a row the block
-// touched microseconds ago: rows in flight are ~132 SMs x 8 blocks x 8 KB = 8.6 MB, far under the 60 MB
-// L2 (and a block's 8 KB row may still sit in its SM's L1), so DRAM traffic stays ~1x; what costs is the
-// L1/L2 round trips (three load phases and two barriers per row, during which the row's loads are not in
-// flight). Expect ~75-90% of the copy bandwidth; `layernorm_welford` (one read, rows in registers) should
-// beat it.
+// touched microseconds ago: at N = 4096 a block has 128 threads and 38 registers, so ~12 blocks (12 rows,
+// 96 KB) are resident per SM, which fits in the SM's L1 (up to 256 KB shared with shared memory), and
+// all rows in flight (~13 MB) fit in the 60 MB L2. So DRAM traffic stays ~1x; what costs is the extra
+// L1 traffic and instructions (~10 per element over the three passes) and three load phases and two
+// barriers per row, during which its DRAM loads are not in flight. Expect ~80-95% of the copy
+// bandwidth, depending on how many re-reads hit L1 rather than L2. Whether `layernorm_welford` (one
+// read, rows in registers) beats it depends on whether Welford's extra arithmetic costs less than two
+// L1 re-reads.
 // Result (H200, op "layernorm", kernel "twopass"): see the chapter 04 table.
 #include <cuda_bf16.h>
 
@@ -137,6 +140,7 @@ layernorm_twopass(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __re
         const uint4* __restrict__ wv = reinterpret_cast<const uint4*>(w);
         const uint4* __restrict__ bv = reinterpret_cast<const uint4*>(b);
         uint4* __restrict__ yv = reinterpret_cast<uint4*>(yr);
+#pragma unroll 4
         for (int i = threadIdx.x; i < nvec; i += T) {
             float f[8], g[8], h[8];
             unpack8(xv[i], f);

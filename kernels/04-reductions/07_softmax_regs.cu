@@ -1,0 +1,222 @@
+// Chapter 04, version 7: softmax with the row in registers: one read, one write.
+//
+// Idea: as in 02_rmsnorm_regs.cu, the row is split among tpr threads (a power of two, 32..1024), each
+// holding VECS_PER_THREAD 16-byte vectors loaded up front (consecutive threads, consecutive 16 bytes).
+// With the whole row on chip, the max costs no extra memory pass, so the plain max-then-sum order is
+// used: reduce the max (shuffles + one shared-memory exchange), compute e = exp(x - m) = 2^((x - m) log2 e)
+// (one ex2.approx each, accurate far beyond what bf16 shows), reduce the sum, write e / s. An online
+// (m, d) merge would save one barrier but costs two extra exps per merge step; with the row in
+// registers the barrier is the cheaper one. Numerics are torch's: a fully -inf row gives NaN
+// (x - m = -inf - -inf), a NaN anywhere gives a NaN row (fmaxf skips NaN, the sum does not), -inf
+// entries give 0, and magnitudes up to the bf16 maximum are safe (x - m <= 0).
+// Two builds of the same code:
+//  - softmax_regs (rows up to 8 * VECS_PER_THREAD * 256 = 8192; blocks of 256 threads holding
+//    256/tpr rows): keeps the exponentials as fp32 in registers between the sum and the write, one exp
+//    per element;
+//  - softmax_regs_long (rows up to 8 * LONG_VECS_PER_THREAD * 512 = 32768, one 512-thread block per
+//    64 KB row): 64 bf16 per thread. Their fp32 exps would need 64 registers on their own, so it keeps
+//    only the packed bf16 row (32 registers) and computes each exp twice (for the sum, then for the
+//    write): 2 MUFU ops per element, still under half the SFU rate at the copy bandwidth. Capped at
+//    64 registers, so two rows (two 512-thread blocks) are in flight per SM. (A 1024-thread row with 32
+//    elements per thread would need <= 32 registers for two rows per SM: it spills.)
+// Other N (not a multiple of 8, or longer) are sent to softmax_online by the wrapper.
+//
+// Prediction (65536 x 4096 bf16, tpr = 128, 2 rows per block): 1.07 GB must move, ~0.26 ms at
+// ~4.1 TB/s. Same memory shape as rmsnorm_regs (one 16-byte load per 8 elements, all in flight before
+// any use) plus ~6 operations and one exp per element: exps need ~3.9 elements/cycle/SM x 1 = ~4 of the
+// SM's 16 ex2/cycle at full bandwidth. Expect >= 95% of copy, ~3x torch.softmax (1.3 TB/s in
+// ANCHORS.md), level with a Triton one-program-per-row kernel. At 16384 x 32768 (softmax_regs_long):
+// only 2 rows x 64 KB in flight per SM, each row's loads idle while it reduces, and twice the exps:
+// expect >= 85% of copy.
+// Result (H200, op "softmax", kernel "regs"): see the chapter 04 table.
+#include <cuda_bf16.h>
+
+#ifndef VECS_PER_THREAD
+#define VECS_PER_THREAD 4          // softmax_regs: 32 elements per thread, their exps kept as fp32
+#endif
+#ifndef LONG_VECS_PER_THREAD
+#define LONG_VECS_PER_THREAD 8     // softmax_regs_long: 64 elements per thread, kept as packed bf16
+#endif
+#define FULL_MASK 0xffffffffu
+#define LOG2E 1.4426950408889634f
+#define NEG_INF __uint_as_float(0xff800000u)   // -inf (NVRTC has no math.h INFINITY)
+
+__device__ __forceinline__ float fast_exp2(float z)   // 2^z; -inf -> 0, NaN -> NaN
+{
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(z));
+    return r;
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        v += __shfl_xor_sync(FULL_MASK, v, o);
+    }
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
+    }
+    return v;
+}
+
+// Reductions over the 2^tpr_log2 threads of this thread's row (rows are consecutive groups of tpr
+// threads, tpr a power of two >= 32, uniform over the block). Every thread of the row gets the result.
+__device__ __forceinline__ float row_sum(float v, float* red, int tpr_log2)
+{
+    v = warp_sum(v);
+    if (tpr_log2 > 5) {
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        const int wpr = 1 << (tpr_log2 - 5);
+        if (lane == 0) {
+            red[warp] = v;
+        }
+        __syncthreads();
+        v = warp_sum(lane < wpr ? red[(warp & ~(wpr - 1)) + lane] : 0.f);
+    }
+    return v;
+}
+
+__device__ __forceinline__ float row_max(float v, float* red, int tpr_log2)
+{
+    v = warp_max(v);
+    if (tpr_log2 > 5) {
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        const int wpr = 1 << (tpr_log2 - 5);
+        if (lane == 0) {
+            red[warp] = v;
+        }
+        __syncthreads();
+        v = warp_max(lane < wpr ? red[(warp & ~(wpr - 1)) + lane] : NEG_INF);
+    }
+    return v;
+}
+
+__device__ __forceinline__ void unpack8(const uint4 v, float f[8])
+{
+    f[0] = __uint_as_float(v.x << 16); f[1] = __uint_as_float(v.x & 0xffff0000u);
+    f[2] = __uint_as_float(v.y << 16); f[3] = __uint_as_float(v.y & 0xffff0000u);
+    f[4] = __uint_as_float(v.z << 16); f[5] = __uint_as_float(v.z & 0xffff0000u);
+    f[6] = __uint_as_float(v.w << 16); f[7] = __uint_as_float(v.w & 0xffff0000u);
+}
+
+__device__ __forceinline__ unsigned int pack2(float a, float b)
+{
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<unsigned int*>(&h);
+}
+
+template <int VPT, bool KEEP_EXP>
+__device__ __forceinline__ void softmax_regs_body(const __nv_bfloat16* __restrict__ x,
+                                                  __nv_bfloat16* __restrict__ y, int M, int N, int tpr_log2)
+{
+    __shared__ float red_max[32], red_sum[32];       // one array per reduction: no barrier between them
+    const int tpr = 1 << tpr_log2;
+    const int t = threadIdx.x & (tpr - 1);
+    const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> tpr_log2;
+    const bool live = row < M;            // a block's last rows may lie past M: they still join barriers
+    const long long base = (live ? row : 0) * (long long)N;           // 64-bit: M*N may exceed 2^31
+    const int nvec = N >> 3;
+    const uint4* __restrict__ xr = reinterpret_cast<const uint4*>(x + base);
+    const uint4 neg_inf8 = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);  // 8 x bf16 -inf
+
+    // all loads first; slots past the row hold -inf, which the max ignores and exp turns into 0
+    uint4 v[VPT];
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+        const int i = t + k * tpr;
+        v[k] = (live && i < nvec) ? xr[i] : neg_inf8;
+    }
+
+    float m = NEG_INF;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+        float f[8];
+        unpack8(v[k], f);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            m = fmaxf(m, f[j]);
+        }
+    }
+    m = row_max(m, red_max, tpr_log2);
+
+    float e[KEEP_EXP ? VPT : 1][8];
+    float s = 0.f;
+    if (!KEEP_EXP) {
+        // keep the row packed across the reduction (see 02_rmsnorm_regs.cu): 4 registers per vector
+#pragma unroll
+        for (int k = 0; k < VPT; ++k) {
+            asm volatile("" : "+r"(v[k].x), "+r"(v[k].y), "+r"(v[k].z), "+r"(v[k].w));
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+        float f[8];
+        unpack8(v[k], f);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const float ej = fast_exp2((f[j] - m) * LOG2E);
+            s += ej;
+            if (KEEP_EXP) {
+                e[KEEP_EXP ? k : 0][j] = ej;
+            }
+        }
+    }
+    const float inv = 1.f / row_sum(s, red_sum, tpr_log2);
+    if (!KEEP_EXP) {
+#pragma unroll
+        for (int k = 0; k < VPT; ++k) {
+            asm volatile("" : "+r"(v[k].x), "+r"(v[k].y), "+r"(v[k].z), "+r"(v[k].w));
+        }
+    }
+
+    uint4* __restrict__ yr = reinterpret_cast<uint4*>(y + base);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+        const int i = t + k * tpr;
+        if (live && i < nvec) {
+            float p[8];
+            if (KEEP_EXP) {
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    p[j] = e[KEEP_EXP ? k : 0][j] * inv;
+                }
+            } else {
+                float f[8];
+                unpack8(v[k], f);
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    p[j] = fast_exp2((f[j] - m) * LOG2E) * inv;
+                }
+            }
+            uint4 o;
+            o.x = pack2(p[0], p[1]);
+            o.y = pack2(p[2], p[3]);
+            o.z = pack2(p[4], p[5]);
+            o.w = pack2(p[6], p[7]);
+            yr[i] = o;
+        }
+    }
+}
+
+// N % 8 == 0, N <= 8 * VECS_PER_THREAD * tpr, tpr = 2^tpr_log2 in [32, 256], blockDim a multiple of tpr,
+// at most 256.
+extern "C" __global__ void __launch_bounds__(256)
+softmax_regs(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ y, int M, int N, int tpr_log2)
+{
+    softmax_regs_body<VECS_PER_THREAD, true>(x, y, M, N, tpr_log2);
+}
+
+// N % 8 == 0, N <= 8 * LONG_VECS_PER_THREAD * tpr, tpr = 2^tpr_log2 in [32, 512], blockDim a multiple of
+// tpr, at most 512. At most 64 registers: two 512-thread blocks (two 64 KB rows) per SM.
+extern "C" __global__ void __launch_bounds__(512, 2)
+softmax_regs_long(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ y, int M, int N, int tpr_log2)
+{
+    softmax_regs_body<LONG_VECS_PER_THREAD, false>(x, y, M, N, tpr_log2);
+}
