@@ -55,4 +55,5 @@ def show(path: str, lines: tuple[int, int] | None = None):
     src, name = read_source(path)
     if lines:
         src = "\n".join(src.splitlines()[lines[0] - 1:lines[1]])
-    return Markdown(f"`kernels/{path}`\n\n```cuda\n{src.rstrip()}\n```")
+    lang = "python" if path.endswith(".py") else "cuda"
+    return Markdown(f"`kernels/{path}`\n\n```{lang}\n{src.rstrip()}\n```")

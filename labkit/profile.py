@@ -45,7 +45,8 @@ def driver(chapter: str) -> None:
     from .device import gpu_info
     ctx = Context(ceilings.measure(verbose=False), gpu_info(), quick=True)
     if chapter == "01":
-        ceilings.fma_launch()[0]()
+        from .timing import bench
+        bench(ceilings.fma_launch()[0])
     for _ in importlib.import_module(CHAPTERS[chapter]).benchmarks(ctx):
         pass
 
@@ -57,14 +58,15 @@ def _num(s: str):
         return None
 
 
-def run(chapter: str, ncu: str | None = None) -> list[dict]:
+def run(chapter: str, ncu: str | None = None, timeout: float = 150) -> list[dict]:
     ncu = ncu or shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
     env = dict(os.environ, LABKIT_PROFILE="1", PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     names = kernel_names(chapter)
     cmd = [ncu, "--clock-control", "none", "--csv", "--page", "raw", "--print-units", "base", "--metrics", ",".join(METRICS),
+           "--nvtx", "--nvtx-include", "labkit-timed/",
            "--kernel-name", "regex:^(" + "|".join(sorted(names)) + ")$",
            sys.executable, "-c", f"from labkit.profile import driver; driver({chapter!r})"]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
     if r.returncode != 0:
         raise RuntimeError(f"ncu failed for chapter {chapter}:\n{r.stderr[-3000:]}\n{r.stdout[-2000:]}")
     text = r.stdout[r.stdout.find('"ID"'):]

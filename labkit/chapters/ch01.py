@@ -1,6 +1,8 @@
 """Chapter 01: the copy probes and the FMA probe, against cupy.copyto and the fp32 peak."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..checks import GuardedOutput, expect
@@ -31,10 +33,18 @@ def copy_vec128(x, y, threads: int = 256, blocks_per_sm: int = 8):
     expect("y", y, dtype=np.float32, shape=x.shape, align=16)
     n = x.size
     if n:
-        sms = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"]
+        sms = sm_count()
         blocks = max(1, min(sms * blocks_per_sm, (n // 4 + threads - 1) // threads))
         k = load_kernel(COPY_VEC128, "copy_vec128")
         k((blocks,), (threads,), (x, y, cp.int64(n)))
+
+
+@functools.lru_cache(maxsize=None)
+def sm_count() -> int:
+    """SMs of the current GPU (cached: getDeviceProperties costs about a millisecond of host time, which
+    would otherwise sit inside every timed launch)."""
+    import cupy as cp
+    return cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"]
 
 
 COPIES = {"copy_scalar": copy_scalar, "copy_vec128": copy_vec128}

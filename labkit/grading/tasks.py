@@ -60,8 +60,9 @@ class KernelTask:
     points_speed: int = 2
     rtol: float | None = None                 # None: labkit.checks.TOLERANCE[out_dtype]
     atol: float | None = None
-    variants: Callable = staticmethod(lambda shape: [None])   # layouts to test each shape in
+    variants: Callable = lambda shape: [None]        # layouts to test each shape in
     variant_text: dict = dataclasses.field(default_factory=dict)
+    out_offset: Callable = lambda variant: 0         # output starts this many elements past 16-byte alignment
 
     @property
     def chapter(self) -> str:
@@ -195,11 +196,16 @@ class Gen:
         view starting `offset` elements into a larger allocation (a pointer that is not 16-byte aligned)."""
         import cupy as cp
         n = math.prod(shape) if isinstance(shape, tuple) else int(shape)
-        raw = cp.empty(n + offset, dtype=cp.float32 if kind == "f32" else cp.uint16)
+        dtype = cp.float32 if kind == "f32" else cp.uint16
+        # 256 bytes of (random) slack after the end: a kernel that reads a little past its input reads
+        # numbers, not an unmapped page (an empty input still has a valid address), so what it writes
+        # past its output is what the verdict reports
+        tail = 256 // cp.dtype(dtype).itemsize
+        raw = cp.empty(n + offset + tail, dtype=dtype)
         self.k += 1
         _gen_kernel(kind)(cp.uint64((self.seed * 1_000_003 + self.k * 7919) % (1 << 63)),
                           cp.float32(scale), cp.float32(shift), raw)
-        a = raw[offset:]
+        a = raw[offset:offset + n]
         return a.reshape(shape) if isinstance(shape, tuple) else a
 
 

@@ -1,0 +1,80 @@
+"""Graded exercises: `grade` a CUDA kernel, `check_answers` to numeric questions, and the instructor's
+batch grader (`python -m labkit grade`) and release step (`python -m labkit release`).
+
+In a notebook:
+
+    from labkit.grading import grade, check_answers
+    grade("03.vec_add", vec_add_src)            # compiles, runs in a worker process, prints the verdict
+    check_answers("01.numbers", roofline_answers)
+
+`grade` never runs the learner's kernel in the notebook's own process: a crash or an endless loop ends
+only the worker, and the next `grade` works.
+"""
+from __future__ import annotations
+
+import re
+
+from ..errors import LabkitError
+
+__all__ = ["grade", "check_answers"]
+
+
+def grade(task_id: str, source: str, *, shapes=None, hidden: bool = False, speed: bool | None = None,
+          timeout: float | None = None):
+    """Compile and check the CUDA `source` of exercise `task_id`; returns the Verdict (shown as text).
+
+    shapes: the shapes to run (default: the exercise's public shapes); hidden=True marks them as hidden
+    tests (the instructor's cells). speed: time the kernel against cupy.copyto (default: yes, for the
+    public shapes). timeout: an overall limit in seconds (each shape has its own limit anyway).
+    """
+    from . import tasks as T
+    from .runner import run_task
+    from .verdict import RunResult, score
+    task = T.get(task_id)
+    if isinstance(task, T.NumericTask):
+        raise LabkitError(f"{task_id} is a numeric exercise: use check_answers({task_id!r}, answers)")
+    if not isinstance(source, str):
+        raise LabkitError(f"the source must be a string of CUDA C++ (the {task.source_var} cell), "
+                          f"got {type(source).__name__}")
+    if speed is None:
+        speed = shapes is None and not hidden
+    speed = bool(speed) and task.speed_shape is not None
+    cases = task.cases(shapes, hidden=hidden, speed=speed)
+    from ..device import has_gpu
+    if has_gpu():
+        run = run_task(task, source, cases, speed=speed, total_timeout=timeout)
+    else:
+        from .verdict import CaseResult
+        run = RunResult(task.id, [CaseResult(c.label, c.hidden, c.role) for c in cases])
+        err = compile_error_without_gpu(task, source)
+        if err:
+            run.compile_error = err
+        else:
+            run.crash = ("no CUDA GPU is visible here: the source compiles (sm_90, NVRTC), but running it needs "
+                         "a GPU (on Colab: Runtime > Change runtime type > GPU)")
+    return score(task, run, speed_requested=speed)
+
+
+def compile_error_without_gpu(task, source: str) -> str | None:
+    """The compile error NVRTC reports for `source` (no GPU needed), or None when it compiles."""
+    from ..compile import compile_check
+    from ..errors import KernelCompileError
+    try:
+        compile_check(source, "sm_90")
+    except KernelCompileError as e:
+        return str(e)
+    if not re.search(r'extern\s+"C"[^;{]*__global__[^;{(]*\b' + re.escape(task.kernel) + r"\s*\(", source):
+        names = re.findall(r"__global__\s+void\s+(\w+)", source)
+        return (f"no kernel named '{task.kernel}' in the source (found: {', '.join(names) or 'none'}); "
+                'declare it as extern "C" __global__ void ...')
+    return None
+
+
+def check_answers(task_id: str, answers: dict):
+    """Check the numeric answers of exercise `task_id`; returns the verdict (shown as text)."""
+    from . import tasks as T
+    from .answers import check
+    task = T.get(task_id)
+    if not isinstance(task, T.NumericTask):
+        raise LabkitError(f"{task_id} is a kernel exercise: use grade({task_id!r}, source)")
+    return check(task, answers)

@@ -1,0 +1,130 @@
+"""The parent's side of a grading run: start a worker process, follow its reports, enforce time limits.
+
+The parent never launches the learner's kernel. A kernel that faults ends only the worker; one that hangs
+is stopped by killing the worker when the step it is in runs past its time limit (each case has its own;
+an overall limit can be given too). Either way the parent builds a RunResult from what the worker
+reported before, and the next run starts a fresh worker.
+"""
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import time
+
+from .verdict import ERROR, FAULT, NOTRUN, TIMEOUT, CaseResult, RunResult, SpeedResult
+from .worker import DEFAULT_BUDGETS
+
+
+def _fmt_s(s: float) -> str:
+    return f"{s:.0f} s"
+
+
+def run_task(task, source: str, cases, *, speed: bool, total_timeout: float | None = None,
+             budgets: dict | None = None, target=None) -> RunResult:
+    """Grade `source` for `task` on `cases` (tasks.Case) in a spawned worker; never raises for anything
+    the learner's code does. `target` replaces the worker's entry point (tests)."""
+    from . import worker
+    budgets = {**DEFAULT_BUDGETS, **(budgets or {})}
+    result = RunResult(task.id, [CaseResult(c.label, c.hidden, c.role) for c in cases])
+    request = {"task": task.id, "source": source, "speed": speed, "budgets": budgets,
+               "cases": [dataclasses.asdict(c) for c in cases]}
+    mp = multiprocessing.get_context("spawn")
+    recv, send = mp.Pipe(duplex=False)
+    proc = mp.Process(target=target or worker.main, args=(send, request), daemon=True, name=f"labkit-grade-{task.id}")
+    start = time.monotonic()
+    end_total = start + total_timeout if total_timeout else float("inf")
+    stage, index, limit = "startup", None, budgets["startup"]
+    stage_end = start + limit
+    proc.start()
+    send.close()
+    try:
+        while True:
+            now = time.monotonic()
+            wait = min(stage_end, end_total) - now
+            if wait <= 0 or not recv.poll(wait):
+                overall = end_total <= stage_end
+                _time_out(result, stage, index, limit, total_timeout if overall else None)
+                break
+            try:
+                msg = recv.recv()
+            except (EOFError, OSError):
+                proc.join(5)
+                _died(result, stage, index, proc.exitcode)
+                break
+            kind = msg[0]
+            if kind == "stage":
+                _, stage, index, limit = msg
+                stage_end = time.monotonic() + limit
+            elif kind == "compile_error":
+                result.compile_error = msg[1]
+                break
+            elif kind == "case":
+                _, i, status, detail = msg
+                result.cases[i].status, result.cases[i].detail = status, detail
+                stage, index = "between", i         # until the worker names its next step
+            elif kind == "speed":
+                result.speed = SpeedResult(**msg[1])
+            elif kind == "fault":
+                _, i, text = msg
+                if i is None:
+                    result.speed = SpeedResult("fault", detail=f"CRASH while timing: {text}")
+                else:
+                    result.cases[i].status, result.cases[i].detail = FAULT, text
+                _not_run(result, i, "after the crash above")
+                break
+            elif kind == "error":
+                _, i, text = msg
+                last = text.strip().splitlines()[-1] if text.strip() else "unknown"
+                if i is None:
+                    result.crash = f"grader error (please report it): {last}"
+                else:
+                    result.cases[i].status, result.cases[i].detail = ERROR, f"please report it: {last}"
+                    _not_run(result, i, "after the grader error above")
+                break
+            elif kind == "done":
+                break
+    finally:
+        recv.close()
+        if proc.is_alive():
+            proc.join(2)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(10)
+    return result
+
+
+def _not_run(result: RunResult, after, why: str):
+    for c in result.cases[(after + 1 if after is not None else len(result.cases)):]:
+        if c.status == NOTRUN:
+            c.detail = why
+
+
+def _time_out(result: RunResult, stage: str, index, limit: float, overall: float | None):
+    why = (f"the submission's time limit ({_fmt_s(overall)}) ran out" if overall
+           else f"no result within {_fmt_s(limit)}")
+    if stage == "case":
+        result.cases[index].status = TIMEOUT
+        result.cases[index].detail = why + ("; the kernel was stopped" if not overall else "")
+        _not_run(result, index, "after the time limit above")
+    elif stage == "speed":
+        result.speed = SpeedResult("timeout", detail=f"TIME LIMIT while timing: {why}")
+    elif stage == "between":
+        _not_run(result, index, why)
+    elif stage == "compile":
+        result.crash = f"compiling took too long: {why}"
+    else:
+        result.crash = f"the grading worker did not start: {why}"
+
+
+def _died(result: RunResult, stage: str, index, exitcode):
+    why = f"the grading worker died (exit code {exitcode})"
+    if stage == "case":
+        result.cases[index].status = FAULT
+        result.cases[index].detail = why + " while running the kernel"
+        _not_run(result, index, "after the crash above")
+    elif stage == "speed":
+        result.speed = SpeedResult("fault", detail=f"CRASH while timing: {why}")
+    elif stage == "between":
+        _not_run(result, index, why)
+    else:
+        result.crash = f"{why} during {stage}"

@@ -1,0 +1,200 @@
+"""What a grading run found (plain data, passed from the worker to the parent), and the verdict text.
+
+The verdict is deterministic text: the same kernel gets the same words on every run, so nbval can compare
+it. The only figures that vary, the speed measurement, sit inside one bracketed pattern,
+`[97.3% of copy: 4021 vs 4131 GB/s, 0.2670 ms]`, that labs/nbval-sanitize.cfg (SPEED_PATTERN below)
+replaces before comparing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+SPEED_PATTERN = r"\[\d+\.\d% of copy: \d+ vs \d+ GB/s, \d+\.\d+ ms\]"
+SPEED_REPLACEMENT = "[SPEED]"
+
+OK, WRONG, FAULT, TIMEOUT, SKIPPED, NOTRUN, ERROR = "ok", "wrong", "fault", "timeout", "skipped", "notrun", "error"
+PASSING = (OK, SKIPPED)
+
+
+@dataclasses.dataclass
+class CaseResult:
+    label: str
+    hidden: bool = False
+    role: str = "check"
+    status: str = NOTRUN
+    detail: str = ""
+
+
+@dataclasses.dataclass
+class SpeedResult:
+    status: str                     # "measured", "skipped", "timeout", "fault", "error"
+    label: str = ""
+    kernel_ms: float = 0.0
+    copy_ms: float = 0.0
+    bytes: int = 0
+    detail: str = ""
+
+    @property
+    def pct(self) -> float:
+        return 100.0 * self.copy_ms / self.kernel_ms if self.kernel_ms > 0 else 0.0
+
+    @property
+    def kernel_gbps(self) -> float:
+        return self.bytes / (self.kernel_ms * 1e-3) / 1e9 if self.kernel_ms > 0 else 0.0
+
+    @property
+    def copy_gbps(self) -> float:
+        return self.bytes / (self.copy_ms * 1e-3) / 1e9 if self.copy_ms > 0 else 0.0
+
+    def figure(self) -> str:
+        """The measured figures, in the one pattern the nbval sanitize file replaces."""
+        return (f"[{self.pct:.1f}% of copy: {self.kernel_gbps:.0f} vs {self.copy_gbps:.0f} GB/s, "
+                f"{self.kernel_ms:.4f} ms]")
+
+
+@dataclasses.dataclass
+class RunResult:
+    task_id: str
+    cases: list
+    speed: SpeedResult | None = None
+    compile_error: str | None = None
+    crash: str | None = None        # a failure outside any case: start-up, compile time limit, grader error
+
+
+@dataclasses.dataclass
+class Verdict:
+    task_id: str
+    text: str
+    points: float
+    max_points: int
+    lost: list                      # "-3 correctness: n=257: ..." one per lost item
+    notes: list = dataclasses.field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.points == self.max_points
+
+    def __str__(self):
+        return self.text
+
+    def _repr_pretty_(self, p, cycle):
+        p.text(self.text)
+
+
+def _status_text(c: CaseResult) -> str:
+    word = {OK: "ok", WRONG: "FAIL", FAULT: "CRASH", TIMEOUT: "TIME LIMIT", SKIPPED: "skipped",
+            NOTRUN: "not run", ERROR: "GRADER ERROR"}[c.status]
+    return f"{word}: {c.detail}" if c.detail else word
+
+
+def _first_line(s: str) -> str:
+    return s.strip().splitlines()[0] if s.strip() else s
+
+
+def score(task, run: RunResult, *, speed_requested: bool, hidden_without_cases: bool = False) -> Verdict:
+    """Points and verdict text for one task's run.
+
+    speed_requested: the run was asked to time the kernel (the speed points are part of its maximum).
+    hidden_without_cases: count the hidden points as part of the maximum even though no hidden case ran
+    (the batch grader, when the solution notebook has no hidden tests for the task: awarded with the
+    public correctness).
+    """
+    cases = run.cases
+    public = [c for c in cases if not c.hidden]
+    hidden = [c for c in cases if c.hidden]
+    has_speed_points = bool(task.speed_threshold) and task.points_speed > 0 and speed_requested
+    parts = []          # (name, max)
+    if public:
+        parts.append(("correctness", task.points_correct))
+    if hidden or hidden_without_cases:
+        parts.append(("hidden", task.points_hidden))
+    if has_speed_points:
+        parts.append(("speed", task.points_speed))
+    max_points = sum(p for _, p in parts)
+    lines = [f"{task.id}: {task.title}"]
+    lost, notes = [], []
+
+    if run.compile_error is not None or run.crash is not None:
+        if run.compile_error is not None:
+            lines.append("compile error:")
+            lines += ["  " + ln for ln in run.compile_error.strip().splitlines()]
+            why = "compile error: " + _first_line(run.compile_error)
+        else:
+            lines.append(f"not graded: {run.crash}")
+            why = run.crash
+        if max_points:
+            lost.append(f"-{max_points} {why}")
+        lines.append(f"points: 0/{max_points}")
+        return Verdict(task.id, "\n".join(lines), 0, max_points, lost, notes)
+
+    width = max(len(c.label) + (9 if c.hidden else 0) for c in cases) + 2 if cases else 0
+    for c in cases:
+        label = ("hidden: " + c.label) if c.hidden else c.label
+        lines.append(f"  {label:<{width}}{_status_text(c)}")
+    if any(c.status == FAULT for c in cases) or (run.speed and run.speed.status == "fault"):
+        notes.append("the kernel ran in a separate worker process, which stopped; your notebook and its GPU "
+                     "state are unaffected, and the next grade starts a fresh worker")
+    elif any(c.status == TIMEOUT for c in cases) or (run.speed and run.speed.status == "timeout"):
+        notes.append("the worker running the kernel was stopped at the time limit (an endless loop, or a wait "
+                     "on something that never happens?); your notebook is unaffected")
+    skipped = [c for c in cases if c.status == SKIPPED]
+    if skipped:
+        notes.append(f"{len(skipped)} shape(s) skipped and not counted against you: " + skipped[0].detail)
+
+    points = 0
+
+    def correctness(name, group, pts):
+        nonlocal points
+        bad = [c for c in group if c.status not in PASSING]
+        right = sum(c.status == OK for c in group)
+        if not bad:
+            points += pts
+            lines.append(f"{name}: PASS, {right} of {len(group)} shapes   {pts}/{pts}")
+            return True
+        lines.append(f"{name}: FAIL, {right} of {len(group)} shapes right   0/{pts}")
+        first = bad[0]
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        lost.append(f"-{pts} {name}: {first.label}: {_status_text(first)}{more}")
+        return False
+
+    ok_public = correctness("correctness", public, task.points_correct) if public else True
+    ok_hidden = correctness("hidden tests", hidden, task.points_hidden) if hidden else True
+    if not hidden and hidden_without_cases:
+        if ok_public:
+            points += task.points_hidden
+            notes.append("no hidden tests for this exercise in the solution notebook: its hidden points go "
+                         "with the public shapes")
+        else:
+            lost.append(f"-{task.points_hidden} hidden: awarded only with the public shapes passing")
+
+    sp = run.speed
+    if task.speed_threshold is None and sp is not None and sp.status == "measured":
+        lines.append(f"speed: {sp.figure()} (for information: this exercise has no speed points)")
+    elif has_speed_points:
+        p = task.points_speed
+        if not (ok_public and ok_hidden):
+            lines.append(f"speed: not measured: the kernel must be correct first   0/{p}")
+            lost.append(f"-{p} speed: not measured (the kernel is not correct)")
+        elif sp is None or sp.status != "measured":
+            why = sp.detail if sp is not None and sp.detail else "not measured"
+            lines.append(f"speed: {why}   0/{p}")
+            lost.append(f"-{p} speed: {why}")
+        elif sp.pct >= task.speed_threshold:
+            points += p
+            lines.append(f"speed: PASS {sp.figure()}, needs {task.speed_threshold:.0f}% of copy   {p}/{p}")
+        else:
+            lines.append(f"speed: FAIL {sp.figure()}, needs {task.speed_threshold:.0f}% of copy   0/{p}")
+            lost.append(f"-{p} speed: {sp.pct:.1f}% of copy bandwidth, needs {task.speed_threshold:.0f}%")
+
+    tail = f"points: {points}/{max_points}"
+    if public and not hidden and not hidden_without_cases and task.points_hidden:
+        tail += f" (public tests; hidden tests add {task.points_hidden} more)"
+    lines += [f"note: {n}" for n in notes]
+    lines.append(tail)
+    return Verdict(task.id, "\n".join(lines), points, max_points, lost, notes)
+
+
+def sanitize(text: str) -> str:
+    """The verdict with the varying speed figures replaced, as nbval's sanitize file does it."""
+    return re.sub(SPEED_PATTERN, SPEED_REPLACEMENT, text)
