@@ -113,7 +113,7 @@ def main(argv=None) -> int:
     except ImportError:
         pass
     args = p.parse_args(argv)
-    return args.fn(args)
+    return (getattr(args, "fn", None) or args.func)(args)
 
 
 if __name__ == "__main__":

@@ -11,4 +11,4 @@ if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
 else
   export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi
-export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+export PYTHONUNBUFFERED=1
