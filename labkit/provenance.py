@@ -66,7 +66,8 @@ def problems(path: Path) -> list[str]:
     """Why the recorded notebook at `path` cannot be trusted; empty when its recording is current."""
     import nbformat
     nb = nbformat.read(str(path), as_version=4)
-    name = Path(path).relative_to(ROOT) if Path(path).is_absolute() else path
+    path = Path(path)
+    name = path.relative_to(ROOT) if path.is_absolute() and path.is_relative_to(ROOT) else path
     prov = nb.metadata.get("labkit", {}).get("provenance")
     if not prov:
         return [f"{name}: no provenance (never recorded on a GPU runner: run `python -m labkit gpu-check`)"]

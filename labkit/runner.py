@@ -87,12 +87,14 @@ def record_notebooks(paths, timeout: int = 600) -> tuple[bool, str]:
         t0 = time.time()
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                                 resources={"metadata": {"path": str(p.parent)}})
-        client.store_widget_state = False   # the book shows static figures; no widget JS from a CDN
         try:
             os.environ.update({"PYTHONPATH": _env()["PYTHONPATH"]})
             client.execute()
         except Exception as e:  # keep going: every notebook gets its chance, the summary names failures
             failed.append(f"{p.relative_to(ROOT)}: {type(e).__name__}: {str(e).splitlines()[-1] if str(e) else ''}")
+            print(f"  FAILED {p.relative_to(ROOT)}:\n{str(e)[-3000:]}")
+            if os.environ.get("LABKIT_FAILED_DIR"):  # keep the partial notebook for diagnosis
+                nbformat.write(nb, os.path.join(os.environ["LABKIT_FAILED_DIR"], f"{p.parent.name}-{p.name}"))
             continue
         strip_widget_views(nb)
         stamp(nb, gpu, now_iso(), round(time.time() - t0, 1))

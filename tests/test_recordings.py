@@ -21,16 +21,34 @@ def _id(p):
     return str(p.relative_to(LABS))
 
 
-def test_every_chapter_has_a_recorded_lab():
-    assert {p.parent.name[:2] for p in LABS_NB} >= set(OPS_BY_CHAPTER)
+def _recorded(path) -> bool:
+    """A notebook counts as recorded once it carries provenance or any output."""
+    nb = nbformat.read(str(path), as_version=4)
+    return bool(nb.metadata.get("labkit", {}).get("provenance")) or any(
+        c.get("outputs") for c in nb.cells if c.cell_type == "code")
+
+
+RECORDED = [p for p in NOTEBOOKS if _recorded(p)]
+
+
+def test_every_chapter_has_a_lab_and_exercises():
+    chapters = set(OPS_BY_CHAPTER)
+    assert {p.parent.name[:2] for p in LABS_NB} >= chapters
+    assert {p.parent.name[:2] for p in NOTEBOOKS if p.name == "exercises.solution.ipynb"} >= chapters
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_id)
-def test_recording_is_current(path):
-    assert prov.problems(path) == []
+def test_notebook_is_recorded_and_current_or_untouched(path):
+    """Outputs come only from a GPU runner: a notebook either carries a current recording (provenance whose
+    hashes match its code and kernels) or no outputs at all; `python -m labkit stale` lists the latter."""
+    nb = nbformat.read(str(path), as_version=4)
+    if _recorded(path):
+        assert prov.problems(path) == []
+    else:
+        assert all(not c.get("outputs") and not c.get("execution_count") for c in nb.cells if c.cell_type == "code")
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=_id)
+@pytest.mark.parametrize("path", RECORDED, ids=_id)
 def test_recording_ran_clean_on_a_gpu(path):
     nb = nbformat.read(str(path), as_version=4)
     p = nb.metadata["labkit"]["provenance"]
@@ -47,8 +65,10 @@ def test_lab_structure(path):
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert "lab.show(" in code, "the lab shows the kernel sources it runs"
     assert "ipywidgets" in code, "the lab has an interactive control"
-    pngs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
-    assert pngs, "the lab leaves static figures (roofline) in the book"
+    assert "roofline(" in code, "the lab draws its kernels on the roofline"
+    if _recorded(path):
+        pngs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
+        assert pngs, "the lab leaves static figures (roofline) in the book"
     timed = [c for c in nb.cells if c.cell_type == "code" and "nbval-ignore-output" in c.metadata.get("tags", [])]
     assert timed, "timing cells are tagged nbval-ignore-output"
     assert "widgets" not in nb.metadata, "no live widget state (it would load JavaScript from a CDN)"
@@ -68,8 +88,19 @@ def test_results_file_has_every_chapters_ops():
         assert ops <= have, f"chapter {ch} lacks records of {ops - have}"
 
 
+def _recorded_with_kernels():
+    return [p for p in RECORDED if prov.kernels_used(nbformat.read(str(p), as_version=4))]
+
+
 def test_changing_a_kernel_line_makes_its_notebook_stale(tmp_path, monkeypatch):
-    nb_path = next(p for p in LABS_NB if prov.kernels_used(nbformat.read(str(p), as_version=4)))
+    candidates = _recorded_with_kernels() or LABS_NB
+    nb_path = candidates[0]
+    if nb_path not in RECORDED:   # no recorded notebook names a kernel yet: stamp a copy as if recorded
+        nb = nbformat.read(str(nb_path), as_version=4)
+        prov.stamp(nb, {"name": "test GPU"}, "2026-01-01T00:00:00+00:00")
+        nb_path = tmp_path / nb_path.parent.name / "lab.ipynb"
+        nb_path.parent.mkdir()
+        nbformat.write(nb, str(nb_path))
     nb = nbformat.read(str(nb_path), as_version=4)
     kernel = prov.kernels_used(nb)[0]
     copy = tmp_path / "kernels"
@@ -84,8 +115,11 @@ def test_changing_a_kernel_line_makes_its_notebook_stale(tmp_path, monkeypatch):
 
 
 def test_a_comment_change_does_not_make_it_stale(tmp_path, monkeypatch):
-    nb_path = LABS_NB[0]
-    kernel = prov.kernels_used(nbformat.read(str(nb_path), as_version=4))[0]
+    nb = nbformat.read(str(LABS_NB[0]), as_version=4)
+    prov.stamp(nb, {"name": "test GPU"}, "2026-01-01T00:00:00+00:00")
+    nb_path = tmp_path / "lab.ipynb"
+    nbformat.write(nb, str(nb_path))
+    kernel = prov.kernels_used(nb)[0]
     copy = tmp_path / "kernels"
     shutil.copytree(KERNELS, copy)
     (copy / kernel).write_text("// Result (H200): recorded figure updated\n" + (copy / kernel).read_text())
