@@ -74,13 +74,14 @@ def run_profile(chapters=None) -> tuple[bool, str]:
     return not failed, "; ".join(failed) or f"{len(got)} kernels profiled"
 
 
-def record_notebooks(paths, timeout: int = 600) -> tuple[bool, str]:
+def record_notebooks(paths, timeout: int = 600, gpu: dict | None = None) -> tuple[bool, str]:
+    """Execute each notebook in place (nbclient) and stamp its provenance; `gpu` defaults to this GPU."""
     import nbformat
     from nbclient import NotebookClient
     from tqdm.auto import tqdm
     from .device import gpu_info, now_iso
     from .provenance import stamp
-    gpu = gpu_info()
+    gpu = gpu or gpu_info()
     failed = []
     for p in tqdm(paths, desc="recording notebooks", file=sys.stdout):
         nb = nbformat.read(str(p), as_version=4)
@@ -91,20 +92,29 @@ def record_notebooks(paths, timeout: int = 600) -> tuple[bool, str]:
             os.environ.update({"PYTHONPATH": _env()["PYTHONPATH"]})
             client.execute()
         except Exception as e:  # keep going: every notebook gets its chance, the summary names failures
-            failed.append(f"{p.relative_to(ROOT)}: {type(e).__name__}: {str(e).splitlines()[-1] if str(e) else ''}")
-            print(f"  FAILED {p.relative_to(ROOT)}:\n{str(e)[-3000:]}")
+            failed.append(f"{_rel(p)}: {type(e).__name__}: {str(e).splitlines()[-1] if str(e) else ''}")
+            print(f"  FAILED {_rel(p)}:\n{str(e)[-3000:]}", flush=True)
             if os.environ.get("LABKIT_FAILED_DIR"):  # keep the partial notebook for diagnosis
                 nbformat.write(nb, os.path.join(os.environ["LABKIT_FAILED_DIR"], f"{p.parent.name}-{p.name}"))
             continue
         strip_widget_views(nb)
         stamp(nb, gpu, now_iso(), round(time.time() - t0, 1))
         nbformat.write(nb, str(p))
-        print(f"  {p.relative_to(ROOT)}: {time.time() - t0:.1f} s")
+        print(f"  {_rel(p)}: {time.time() - t0:.1f} s", flush=True)
     return not failed, "; ".join(failed) or f"{len(paths)} notebooks recorded"
 
 
+WIDGET_NOTE = "(an interactive control: run the notebook to use it; the next output is drawn for its defaults)"
+
+
+def _rel(p: Path) -> str:
+    p = Path(p)
+    return str(p.relative_to(ROOT)) if p.is_absolute() and p.is_relative_to(ROOT) else str(p)
+
+
 def strip_widget_views(nb) -> None:
-    """Drop live-widget outputs (they need JavaScript from the network); the static figures stay."""
+    """Replace live-widget outputs (they need JavaScript from the network, and a kernel) with a note; the
+    static figures drawn by ordinary cells stay. Progress bars keep their final text."""
     for c in nb.cells:
         if c.cell_type != "code":
             continue
@@ -112,7 +122,8 @@ def strip_widget_views(nb) -> None:
             data = o.get("data", {})
             if "application/vnd.jupyter.widget-view+json" in data:
                 data.pop("application/vnd.jupyter.widget-view+json")
-                data.setdefault("text/plain", "(interactive control: run the notebook to use it)")
+                if "interactive(" in str(data.get("text/plain", "")) or "text/plain" not in data:
+                    data["text/plain"] = WIDGET_NOTE
     nb.metadata.pop("widgets", None)
 
 

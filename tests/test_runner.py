@@ -1,0 +1,65 @@
+"""The GPU runner's recording machinery, exercised on the CPU: a notebook with a widget, a progress bar and
+a figure is executed in place by nbclient, stamped with provenance, and left with no live-widget state."""
+import nbformat
+from nbformat.v4 import new_code_cell, new_notebook
+
+from labkit import provenance
+from labkit.runner import WIDGET_NOTE, record_notebooks
+
+FAKE_GPU = {"name": "Test GPU", "compute_capability": "9.0", "driver": "580", "cuda_runtime": "13.0", "cupy": "14"}
+
+
+def test_record_executes_stamps_and_strips_widgets(tmp_path):
+    nb = new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [
+        new_code_cell("import ipywidgets as w\nimport matplotlib.pyplot as plt\n"
+                      "def f(a=1):\n    plt.plot([0, 1], [a, a]); plt.show()\n"
+                      "w.interactive(f, a=w.IntSlider(value=1, min=0, max=3))"),
+        new_code_cell("from tqdm.auto import tqdm\nfor _ in tqdm(range(3)): pass"),
+        new_code_cell("import matplotlib.pyplot as plt\nplt.plot([1, 2]); plt.show()\n"
+                      "# 01-roofline/01_copy_scalar.cu is named here, so the recording hashes it"),
+    ]
+    path = tmp_path / "lab.ipynb"
+    nbformat.write(nb, str(path))
+    ok, msg = record_notebooks([path], timeout=120, gpu=FAKE_GPU)
+    assert ok, msg
+    out = nbformat.read(str(path), as_version=4)
+    prov = out.metadata["labkit"]["provenance"]
+    assert prov["gpu"] == "Test GPU" and prov["kernels"] == {
+        "01-roofline/01_copy_scalar.cu": provenance.kernel_hash("01-roofline/01_copy_scalar.cu")}
+    assert "widgets" not in out.metadata
+    first = out.cells[0].outputs
+    assert all("application/vnd.jupyter.widget-view+json" not in o.get("data", {}) for o in first)
+    assert any(o.get("data", {}).get("text/plain") == WIDGET_NOTE for o in first)
+    assert any("image/png" in o.get("data", {}) for o in out.cells[2].outputs)
+    assert provenance.problems(path) == []
+
+
+def test_a_failing_notebook_is_reported_and_left_unrecorded(tmp_path):
+    nb = new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [new_code_cell("raise RuntimeError('kernel fault')")]
+    path = tmp_path / "bad.ipynb"
+    nbformat.write(nb, str(path))
+    ok, msg = record_notebooks([path], timeout=60, gpu=FAKE_GPU)
+    assert not ok and "bad.ipynb" in msg and "CellExecutionError" in msg
+    assert "provenance" not in nbformat.read(str(path), as_version=4).metadata.get("labkit", {})
+
+
+def test_nbval_accepts_a_recording_and_rejects_a_changed_output(tmp_path):
+    from labkit.runner import run_nbval
+    nb = new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    timing = new_code_cell("import time\nprint(f'took {time.perf_counter()} s')")
+    timing.metadata["tags"] = ["nbval-ignore-output"]          # a timing: exempt from comparison
+    nb.cells = [new_code_cell("print('ok  n=1000003')"), timing,
+                new_code_cell("print('speed: PASS [94.3% of copy: 3914 vs 4151 GB/s, 0.2743 ms], needs 90% of copy')")]
+    path = tmp_path / "lab.ipynb"
+    nbformat.write(nb, str(path))
+    assert record_notebooks([path], timeout=60, gpu=FAKE_GPU)[0]
+    assert run_nbval([path])[0]
+    out = nbformat.read(str(path), as_version=4)
+    out.cells[0].outputs[0]["text"] = "ok  n=7\n"                # a deterministic output that no longer matches
+    nbformat.write(out, str(path))
+    assert not run_nbval([path])[0]
