@@ -12,7 +12,8 @@
 // well above the ~25 KB that Little's law asks for. Index arithmetic and instructions per byte fall 8x. So the
 // kernel stops being latency-bound: above 90% of copy, a little under 2x the naive kernel. What is left is the
 // per-block cost of 2^25 / 256 = 131,072 short-lived blocks (launch, index set-up, retire).
-// Result (H200, op "add_bf16", kernel "vec128"): see the chapter 03 table.
+// Result (NVIDIA H200, 2026-11-30, labs/results/nvidia-h200.json, op "add_bf16"):
+//   vec128 at 268435456: 0.3725 ms, 4324 GB/s, 104.2% of copy, 1.00x torch.add
 #include <cuda_bf16.h>
 
 // Two packed bf16 (low half = lower address) -> their fp32 sum with two more, rounded back (RNE) to bf16.

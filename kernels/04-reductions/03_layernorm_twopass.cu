@@ -20,7 +20,8 @@
 // bandwidth, depending on how many re-reads hit L1 rather than L2. Whether `layernorm_welford` (one
 // read, rows in registers) beats it depends on whether Welford's extra arithmetic costs less than two
 // L1 re-reads.
-// Result (H200, op "layernorm", kernel "twopass"): see the chapter 04 table.
+// Result (NVIDIA H200, 2026-11-30, labs/results/nvidia-h200.json, op "layernorm"):
+//   twopass at 65536x4096: 0.2857 ms, 3758 GB/s, 90.7% of copy, 1.38x torch.nn.functional.layer_norm
 #include <cuda_bf16.h>
 
 #define FULL_MASK 0xffffffffu
