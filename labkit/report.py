@@ -102,8 +102,11 @@ class Recorded:
         head = "| kernel | " + " | ".join(cols) + " |\n|---|" + "---|" * len(cols) + "\n"
         body = "".join(f"| {p['kernel']} | " + " | ".join(str(p["metrics"].get(c, "")) for c in cols) + " |\n"
                        for p in self.profiles)
-        return _markdown(head + body + f"\nNsight Compute `{self.profiles[0].get('tool', 'ncu')}`, "
-                         f"{self.gpu['name']}, {self.profiles[0].get('recorded_at', '')[:10]}.")
+        return _markdown(head + body + f"\nNsight Compute (`{self.profiles[0].get('tool', 'ncu')}`) on "
+                         f"{self.gpu['name']}, {self.profiles[0].get('recorded_at', '')[:10]}: each kernel's largest "
+                         "launch in one pass of the chapter's benchmarks at their smaller (quick) shapes, so durations "
+                         "are shorter than in the table above; the ratios (DRAM % of peak, sectors per request, hit "
+                         "rates, occupancy) are what to read.")
 
 
 def records_table(records) -> str:
