@@ -72,10 +72,12 @@ def _profile(args):
 
 
 def _stale(args):
-    from .provenance import problems
+    from .paths import RESULTS
+    from .provenance import problems, results_problems
     from .runner import notebooks
     out = [p for nb in notebooks() for p in problems(nb)]
-    print("\n".join(out) or "all recorded notebooks are current")
+    out += [p for f in sorted(RESULTS.glob("*.json")) for p in results_problems(f)]
+    print("\n".join(out) or "all recorded notebooks and results are current")
     return 1 if out else 0
 
 
@@ -105,7 +107,7 @@ def main(argv=None) -> int:
     s = sub.add_parser("profile", help="Nsight Compute readings of each chapter's kernels into the results file")
     s.add_argument("--chapter", action="append", help="chapter number such as 03 (repeatable; default: all)")
     s.set_defaults(fn=_profile)
-    s = sub.add_parser("stale", help="list recorded notebooks whose code or kernels changed since recording")
+    s = sub.add_parser("stale", help="list notebooks and results whose code or kernels changed since they were recorded")
     s.set_defaults(fn=_stale)
     try:
         from .grading.cli import register

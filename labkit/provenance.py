@@ -26,12 +26,43 @@ def strip_comments(source: str) -> str:
     return "\n".join(" ".join(line.split()) for line in source.splitlines() if line.strip())
 
 
+def _python_code(text: str) -> str:
+    return "\n".join(ln.split("#", 1)[0].rstrip() for ln in text.splitlines() if ln.split("#", 1)[0].strip())
+
+
 def kernel_hash(rel: str) -> str:
     text = (KERNELS / rel).read_text()
-    if rel.endswith(".py"):
-        text = "\n".join(ln.split("#", 1)[0].rstrip() for ln in text.splitlines() if ln.split("#", 1)[0].strip())
-        return _sha(text)
-    return _sha(strip_comments(text))
+    return _sha(_python_code(text) if rel.endswith(".py") else strip_comments(text))
+
+
+def chapter_sources(chapter: str) -> dict[str, str]:
+    """Hashes of what a chapter's benchmark records depend on: its kernel files and its chapter module."""
+    from .paths import chapter_dir
+    out = {str(f.relative_to(KERNELS)): kernel_hash(str(f.relative_to(KERNELS)))
+           for f in sorted(chapter_dir(KERNELS, chapter).iterdir()) if f.suffix in (".cu", ".py")}
+    module = ROOT / "labkit" / "chapters" / f"ch{chapter}.py"
+    if module.exists():
+        out[f"labkit/chapters/ch{chapter}.py"] = _sha(_python_code(module.read_text()))
+    return out
+
+
+def results_problems(path: Path) -> list[str]:
+    """Why the records of a results file no longer describe the code: a chapter's kernels or module changed."""
+    import json
+    data = json.loads(Path(path).read_text())
+    sources = data.get("sources", {})
+    out = []
+    for ch in sorted({r["chapter"] for r in data.get("records", [])}):
+        recorded = sources.get(ch)
+        if not recorded:
+            out.append(f"{Path(path).name}: chapter {ch} records carry no source hashes: re-run `python -m labkit bench`")
+            continue
+        now = chapter_sources(ch)
+        for f in sorted(set(recorded) | set(now)):
+            if recorded.get(f) != now.get(f):
+                out.append(f"{Path(path).name}: chapter {ch} was measured with another version of {f}: "
+                           f"re-run `python -m labkit bench --chapter {ch} --json`")
+    return out
 
 
 def code_cells(nb) -> list[str]:

@@ -102,7 +102,14 @@ def save_results(path: Path, gpu: dict, ceilings: dict, records: list[Record], p
         kept = [r for r in old["records"] if r.chapter not in replace_chapters]
         kept_profiles = [p for p in old.get("profiles", []) if p.get("chapter") not in replace_chapters]
     allrec = sorted(kept + list(records), key=lambda r: (r.chapter, r.op, r.kernel, r.shape_key))
-    out = {"gpu": gpu, "ceilings": ceilings, "records": [r.to_json() for r in allrec],
+    from .provenance import chapter_sources
+    sources = {}
+    if replace_chapters is not None and path.exists():
+        sources = {ch: v for ch, v in json.loads(path.read_text()).get("sources", {}).items()
+                   if ch not in replace_chapters}
+    for ch in sorted({r.chapter for r in records}):
+        sources[ch] = chapter_sources(ch)       # what these records were measured with
+    out = {"gpu": gpu, "ceilings": ceilings, "sources": sources, "records": [r.to_json() for r in allrec],
            "profiles": kept_profiles + list(profiles or [])}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1, sort_keys=False) + "\n")

@@ -133,3 +133,19 @@ def test_notebook_without_provenance_is_reported(tmp_path):
     p = tmp_path / "lab.ipynb"
     nbformat.write(nb, str(p))
     assert "no provenance" in prov.problems(p)[0]
+
+
+def test_recorded_results_match_the_code_they_measured():
+    assert prov.results_problems(RESULTS / "nvidia-h200.json") == []
+
+
+def test_changing_a_kernel_line_makes_the_results_stale(tmp_path, monkeypatch):
+    copy = tmp_path / "kernels"
+    shutil.copytree(KERNELS, copy)
+    f = copy / "03-elementwise" / "02_add_vec128.cu"
+    src = f.read_text().replace("{", "{ int changed_line = 0;", 1)
+    f.write_text(src)
+    monkeypatch.setattr(prov, "KERNELS", copy)
+    msgs = prov.results_problems(RESULTS / "nvidia-h200.json")
+    assert msgs and all("chapter 03" in m for m in msgs)
+    assert any("03-elementwise/02_add_vec128.cu" in m for m in msgs), msgs
