@@ -58,38 +58,32 @@ def gpu_info() -> dict:
     return info
 
 
+def _nvml(query):
+    """query(pynvml, handle of device 0), or None where NVML (nvidia-ml-py) is missing or refuses."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        return query(pynvml, pynvml.nvmlDeviceGetHandleByIndex(0))
+    except Exception:
+        return None
+
+
 def _clock_mhz(props) -> float | None:
     khz = props.get("clockRate")
     if khz:
         return khz / 1000
-    try:  # CUDA 13 dropped clockRate from the properties; ask NVML
-        import pynvml
-        pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByIndex(0)
-        return float(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM))
-    except Exception:
-        return None
+    # CUDA 13 dropped clockRate from the properties; ask NVML
+    return _nvml(lambda nv, h: float(nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM)))
 
 
 def current_sm_clock_mhz() -> float | None:
     """The SM clock right now, from NVML (None where NVML is missing)."""
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByIndex(0)
-        return float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM))
-    except Exception:
-        return None
+    return _nvml(lambda nv, h: float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)))
 
 
 def _driver_version() -> str | None:
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        v = pynvml.nvmlSystemGetDriverVersion()
-        return v.decode() if isinstance(v, bytes) else v
-    except Exception:
-        return None
+    v = _nvml(lambda nv, h: nv.nvmlSystemGetDriverVersion())
+    return v.decode() if isinstance(v, bytes) else v
 
 
 def _runtime_version(rt) -> str:

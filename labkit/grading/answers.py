@@ -3,30 +3,10 @@ feedback that says which part is off (too high by a factor of 2, off by 1000: th
 the expected figure away."""
 from __future__ import annotations
 
-import dataclasses
 import math
 
 from .notebook import NotStatic
-
-
-@dataclasses.dataclass
-class AnswerVerdict:
-    task_id: str
-    text: str
-    points: float
-    max_points: int
-    lost: list
-    notes: list = dataclasses.field(default_factory=list)
-
-    @property
-    def passed(self) -> bool:
-        return self.points == self.max_points
-
-    def __str__(self):
-        return self.text
-
-    def _repr_pretty_(self, p, cycle):
-        p.text(self.text)
+from .verdict import Verdict
 
 
 def _g(v: float) -> str:
@@ -55,7 +35,7 @@ def diagnose(got: float, expected: float) -> str:
     return f"{direction} by {100 * (f - 1):.0f}%" if f < 2 else f"{direction} by a factor of {f:.1f}"
 
 
-def check(task, answers: dict) -> AnswerVerdict:
+def check(task, answers: dict) -> Verdict:
     """Score an answers dict for a NumericTask: one point per question within its tolerance."""
     if not isinstance(answers, dict):
         answers = {}
@@ -91,4 +71,4 @@ def check(task, answers: dict) -> AnswerVerdict:
         note.append("keys not asked for (typo?): " + ", ".join(map(str, extra)))
     lines += [f"note: {n}" for n in note]
     lines.append(f"points: {points}/{len(task.questions)}")
-    return AnswerVerdict(task.id, "\n".join(lines), points, len(task.questions), lost, note)
+    return Verdict(task.id, "\n".join(lines), points, len(task.questions), lost, note)
