@@ -44,7 +44,7 @@ def include_dirs() -> tuple[str, ...]:
 def read_source(path_or_source: str | os.PathLike) -> tuple[str, str]:
     """(source text, display name). Accepts a path under kernels/ (absolute or relative) or CUDA source."""
     text = str(path_or_source)
-    if "\n" not in text and text.endswith((".cu", ".cuh")):
+    if "\n" not in text and text.endswith((".cu", ".cuh", ".py")):
         p = Path(text)
         if not p.is_absolute() and not p.exists():
             p = KERNELS / p
