@@ -149,3 +149,33 @@ def test_changing_a_kernel_line_makes_the_results_stale(tmp_path, monkeypatch):
     msgs = prov.results_problems(RESULTS / "nvidia-h200.json")
     assert msgs and all("chapter 03" in m for m in msgs)
     assert any("03-elementwise/02_add_vec128.cu" in m for m in msgs), msgs
+
+
+@pytest.mark.parametrize("path", LABS_NB, ids=_id)
+def test_lab_code_refers_to_what_exists(path):
+    """Every code cell parses, every kernel file it shows exists, and every chapter-module attribute it
+    calls is defined (the labs run for the first time on a GPU runner: catch API drift here)."""
+    import ast
+    import importlib
+    import re
+    nb = nbformat.read(str(path), as_version=4)
+    for c in nb.cells:
+        if c.cell_type == "code":
+            ast.parse("\n".join(ln for ln in c.source.splitlines() if not ln.lstrip().startswith(("%", "!"))))
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    for rel in prov.kernels_used(nb):
+        assert (KERNELS / rel).exists(), rel
+    for mod, attr in set(re.findall(r"\b(ch0\d)\.(\w+)", code)):
+        m = importlib.import_module(f"labkit.chapters.{mod}")
+        assert hasattr(m, attr), f"{path.parent.name}/lab.ipynb calls {mod}.{attr}, which does not exist"
+    from labkit import lab
+    for attr in set(re.findall(r"\blab\.(\w+)", code)):
+        assert hasattr(lab, attr), f"lab.{attr}"
+    for attr in set(re.findall(r"\bL\.(\w+)", code)):
+        assert hasattr(lab.Lab, attr) or attr in {"ctx", "gpu", "ceilings", "chapter", "started"}, f"L.{attr}"
+
+
+def test_show_highlights_cuda_and_python():
+    from labkit.lab import show
+    assert "```cuda" in show("01-roofline/01_copy_scalar.cu").data
+    assert "```python" in show("04-reductions/09_triton_softmax_rmsnorm.py").data
