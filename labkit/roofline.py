@@ -14,8 +14,19 @@ MARKERS = "osD^vP*Xhp"
 def _point(p) -> dict:
     """A kernel point from a Record or a dict(label, intensity, tflops)."""
     if hasattr(p, "intensity"):
-        return {"label": f"{p.op}: {p.kernel}", "intensity": p.intensity, "tflops": p.tflops}
+        return {"label": f"{p.op}: {p.kernel}", "intensity": p.intensity, "tflops": p.tflops,
+                "shape": p.shape_key}
     return p
+
+
+def _labelled(points) -> list[dict]:
+    """Points with unique labels: a kernel measured at several shapes gets its shape in the label."""
+    pts = [dict(_point(p)) for p in points]
+    seen = [q["label"] for q in pts]
+    for q in pts:
+        if seen.count(q["label"]) > 1 and q.get("shape"):
+            q["label"] = f"{q['label']} @ {q['shape']}"
+    return pts
 
 
 def roof(intensity: float, bandwidth_gbps: float, peak_tflops: float) -> float:
@@ -30,6 +41,10 @@ def plot(points: Iterable = (), measured: dict | None = None, datasheet: dict | 
     import matplotlib.pyplot as plt
     if ax is None:
         _, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
+    pts = [q for q in _labelled(points)
+           if q["tflops"] > 0 and math.isfinite(q["intensity"]) and q["intensity"] > 0]  # copies: no FLOPs
+    if pts:  # widen the axis to show every point (a large GEMM or attention sits far right)
+        xlim = (min(xlim[0], min(q["intensity"] for q in pts) / 2), max(xlim[1], max(q["intensity"] for q in pts) * 2))
     xs = [xlim[0] * (xlim[1] / xlim[0]) ** (i / 200) for i in range(201)]
 
     def draw(bw, peaks, style, who):
@@ -52,10 +67,9 @@ def plot(points: Iterable = (), measured: dict | None = None, datasheet: dict | 
         draw(measured["copy_gbps"], [("bf16", measured.get("bf16_tflops"), "#222222"),
                                     ("fp32", measured.get("fp32_tflops"), "#666666")], "-", "measured")
 
-    pts = [q for q in (_point(p) for p in points)
-           if q["tflops"] > 0 and math.isfinite(q["intensity"]) and q["intensity"] > 0]  # copies: no FLOPs
+    palette = COLORS if len(pts) <= len(COLORS) else [plt.cm.tab20(i % 20) for i in range(len(pts))]
     for i, p in enumerate(pts):
-        ax.plot([p["intensity"]], [p["tflops"]], MARKERS[i % len(MARKERS)], color=COLORS[i % len(COLORS)], ms=7,
+        ax.plot([p["intensity"]], [p["tflops"]], MARKERS[i % len(MARKERS)], color=palette[i], ms=7,
                 label=p["label"], zorder=6)
 
     ax.set_xscale("log", base=2)

@@ -147,3 +147,24 @@ def test_info_without_gpu(capsys):
         pytest.skip("this test describes the no-GPU path")
     assert main(["info"]) == 0
     assert "No CUDA GPU visible" in capsys.readouterr().out
+
+
+def test_roofline_labels_a_kernel_measured_at_two_shapes_apart():
+    import matplotlib
+    matplotlib.use("Agg")
+    recs = [_rec(op="softmax", kernel="regs", shape=[65536, 4096]), _rec(op="softmax", kernel="regs", shape=[16384, 32768])]
+    recs += [_rec(kernel=f"k{i}") for i in range(12)]
+    ax = plot(recs, {"copy_gbps": 4100, "fp32_tflops": 65, "bf16_tflops": 790})
+    labels = [l.get_label() for l in ax.get_lines()]
+    assert "softmax: regs @ 65536x4096" in labels and "softmax: regs @ 16384x32768" in labels
+    colors = [tuple(l.get_color()) if not isinstance(l.get_color(), str) else l.get_color()
+              for l in ax.get_lines() if l.get_label().startswith(("softmax", "add_bf16"))]
+    assert len(set(colors)) == len(colors), "every kernel point has its own colour"
+
+
+def test_roofline_axis_widens_to_show_every_point():
+    import matplotlib
+    matplotlib.use("Agg")
+    ax = plot([{"label": "huge GEMM", "intensity": 40000.0, "tflops": 780.0}],
+              {"copy_gbps": 4100, "fp32_tflops": 65, "bf16_tflops": 790})
+    assert ax.get_xlim()[1] >= 40000
