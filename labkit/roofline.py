@@ -57,7 +57,7 @@ def plot(points: Iterable = (), measured: dict | None = None, datasheet: dict | 
         if peaks and peaks[0][1]:
             r = ridge_point(peaks[0][1], bw)
             ax.plot([r], [peaks[0][1]], "o", mfc="white", mec="black" if style == "-" else "gray", ms=7, zorder=5)
-            ax.annotate(f"ridge {r:.0f} FLOP/B", (r, peaks[0][1]), textcoords="offset points", xytext=(6, -14),
+            ax.annotate(f"ridge {r:.0f} FLOP/B", (r, peaks[0][1]), textcoords="offset points", xytext=(6, -14) if style == "-" else (-30, 8),
                         fontsize=8, color="black" if style == "-" else "gray")
 
     if datasheet:
