@@ -101,3 +101,25 @@ def test_every_page_renders_in_chromium(server, built_book):
         assert page.locator("mjx-container").count() > 0, "MathJax did not render the chapter's math"
         browser.close()
     assert not problems, "\n".join(problems)
+
+
+def test_each_lab_page_says_where_its_outputs_came_from(built_book):
+    import sys
+    import nbformat
+    sys.path.insert(0, str(ROOT / "tools" / "sphinx_ext"))
+    from recorded_banner import banner
+    labs = [p for p in toc_pages() if p.startswith("labs/") and p.endswith("/lab")]
+    assert labs
+    for page in labs:
+        nb = nbformat.read(str(ROOT / f"{page}.ipynb"), as_version=4)
+        expected = banner(nb.metadata.get("labkit", {}).get("provenance"))
+        assert expected in (built_book / f"{page}.html").read_text(), page
+
+
+def test_banner_names_gpu_and_date():
+    import sys
+    sys.path.insert(0, str(ROOT / "tools" / "sphinx_ext"))
+    from recorded_banner import banner
+    text = banner({"gpu": "NVIDIA H200", "driver": "580.159.04", "cupy": "14.2.0", "recorded_at": "2026-11-30T09:00:00"})
+    assert "NVIDIA H200" in text and "2026-11-30" in text and "580.159.04" in text
+    assert "not been recorded" in banner(None)
