@@ -107,7 +107,6 @@ def compare(got, ref, dtype: str = "float32", rtol: float | None = None, atol: f
     """
     got = np.asarray(got, dtype=np.float64).reshape(-1)
     ref = np.asarray(ref, dtype=np.float64).reshape(-1)
-    shape = np.shape(ref)
     if got.shape != ref.shape:
         raise ValueError(f"shape mismatch: got {got.shape}, reference {ref.shape}")
     rtol = TOLERANCE[dtype] if rtol is None else rtol

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from .paths import LABS, RESULTS, ROOT
+from .paths import LABS, ROOT
 
 PHASES = ("tests", "bench", "profile", "record", "nbval")
 SANITIZE = LABS / "nbval-sanitize.cfg"
