@@ -69,7 +69,7 @@ def fma_launch():
     """(launch function, FLOPs per launch) for the chapter 01 FMA probe, sized to this GPU."""
     import cupy as cp
     from .compile import load_kernel
-    k = load_kernel("01-roofline/03_fma_probe.cu", "fma_probe")
+    k = load_kernel("01-roofline/04_fma_probe.cu", "fma_probe")
     sms = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"]
     blocks, threads = sms * 8, 256
     out = cp.zeros(blocks, dtype=cp.float32)

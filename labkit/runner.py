@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from .paths import LABS, ROOT
@@ -77,7 +78,6 @@ def run_profile(chapters=None) -> tuple[bool, str]:
 def record_notebooks(paths, timeout: int = 600, gpu: dict | None = None) -> tuple[bool, str]:
     """Execute each notebook in place (nbclient) and stamp its provenance; `gpu` defaults to this GPU."""
     import nbformat
-    from nbclient import NotebookClient
     from tqdm.auto import tqdm
     from .device import gpu_info, now_iso
     from .provenance import stamp
@@ -86,14 +86,13 @@ def record_notebooks(paths, timeout: int = 600, gpu: dict | None = None) -> tupl
     for p in tqdm(paths, desc="recording notebooks", file=sys.stdout):
         nb = nbformat.read(str(p), as_version=4)
         t0 = time.time()
-        client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                                resources={"metadata": {"path": str(p.parent)}})
+        client = recording_client(nb, p, timeout)
         try:
             os.environ.update({"PYTHONPATH": _env()["PYTHONPATH"]})
             client.execute()
         except Exception as e:  # keep going: every notebook gets its chance, the summary names failures
             failed.append(f"{_rel(p)}: {type(e).__name__}: {str(e).splitlines()[-1] if str(e) else ''}")
-            print(f"  FAILED {_rel(p)}:\n{str(e)[-3000:]}", flush=True)
+            print(f"  FAILED {_rel(p)}:\n{traceback.format_exc()[-3000:]}", flush=True)
             if os.environ.get("LABKIT_FAILED_DIR"):  # keep the partial notebook for diagnosis
                 nbformat.write(nb, os.path.join(os.environ["LABKIT_FAILED_DIR"], f"{p.parent.name}-{p.name}"))
             continue
@@ -102,6 +101,21 @@ def record_notebooks(paths, timeout: int = 600, gpu: dict | None = None) -> tupl
         nbformat.write(nb, str(p))
         print(f"  {_rel(p)}: {time.time() - t0:.1f} s", flush=True)
     return not failed, "; ".join(failed) or f"{len(paths)} notebooks recorded"
+
+
+def recording_client(nb, path: Path, timeout: int):
+    """An nbclient client for recording, without nbclient's imitation of a browser's Output widget.
+
+    That imitation answers widget messages on the shell channel while another task waits on the same
+    channel for the cell's reply, which can lose the reply and stall the cell (nbclient issue 312; it
+    stalled lab 01's interactive cell on the H200). Without it, what an interactive control prints or draws
+    for its defaults lands in the cell's ordinary outputs, as nbval sees them too.
+    """
+    from nbclient import NotebookClient
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent)}})
+    client.comm_open_handlers["jupyter.widget"] = lambda msg: None   # no Output-widget stand-in
+    return client
 
 
 WIDGET_NOTE = "(an interactive control: run the notebook to use it; the next output is drawn for its defaults)"
@@ -114,7 +128,9 @@ def _rel(p: Path) -> str:
 
 def strip_widget_views(nb) -> None:
     """Replace live-widget outputs (they need JavaScript from the network, and a kernel) with a note; the
-    static figures drawn by ordinary cells stay. Progress bars keep their final text."""
+    static figures drawn by ordinary cells stay. Progress bars keep their final text. A cell that builds an
+    interactive control keeps only the note: what the control printed and drew for its defaults, the
+    labs' next cell draws again as an ordinary output."""
     for c in nb.cells:
         if c.cell_type != "code":
             continue
@@ -124,6 +140,9 @@ def strip_widget_views(nb) -> None:
                 data.pop("application/vnd.jupyter.widget-view+json")
                 if "interactive(" in str(data.get("text/plain", "")) or "text/plain" not in data:
                     data["text/plain"] = WIDGET_NOTE
+        notes = [o for o in c.get("outputs", []) if o.get("data", {}).get("text/plain") == WIDGET_NOTE]
+        if notes:
+            c.outputs = notes
     nb.metadata.pop("widgets", None)
 
 

@@ -29,11 +29,22 @@ def test_record_executes_stamps_and_strips_widgets(tmp_path):
     assert prov["gpu"] == "Test GPU" and prov["kernels"] == {
         "01-roofline/01_copy_scalar.cu": provenance.kernel_hash("01-roofline/01_copy_scalar.cu")}
     assert "widgets" not in out.metadata
-    first = out.cells[0].outputs
-    assert all("application/vnd.jupyter.widget-view+json" not in o.get("data", {}) for o in first)
-    assert any(o.get("data", {}).get("text/plain") == WIDGET_NOTE for o in first)
+    first = out.cells[0].outputs   # the control's own figure for its defaults is dropped: only the note stays
+    assert [o.get("data", {}).get("text/plain") for o in first] == [WIDGET_NOTE]
     assert any("image/png" in o.get("data", {}) for o in out.cells[2].outputs)
     assert provenance.problems(path) == []
+
+
+def test_recording_client_does_not_imitate_the_output_widget(tmp_path):
+    # nbclient's Output-widget stand-in sends on the shell channel while a cell's reply is awaited there,
+    # which can stall a cell (nbclient issue 312): the recording client must not create one.
+    from labkit.runner import recording_client
+    nb = new_notebook()
+    client = recording_client(nb, tmp_path / "x.ipynb", 60)
+    msg = {"msg_type": "comm_open", "content": {"comm_id": "c1", "target_name": "jupyter.widget",
+                                                 "data": {"state": {"_model_name": "OutputModel"}}}}
+    client.handle_comm_msg([], msg, 0)
+    assert client.comm_objects == {}
 
 
 def test_a_failing_notebook_is_reported_and_left_unrecorded(tmp_path):

@@ -1,4 +1,4 @@
-"""Chapter 01: the copy probes and the FMA probe, against cupy.copyto and the fp32 peak."""
+"""Chapter 01: the three copy probes and the FMA probe, against cupy.copyto and the fp32 peak."""
 from __future__ import annotations
 
 import functools
@@ -11,7 +11,8 @@ from ..timing import bench
 
 COPY_SCALAR = "01-roofline/01_copy_scalar.cu"
 COPY_VEC128 = "01-roofline/02_copy_vec128.cu"
-FMA_PROBE = "01-roofline/03_fma_probe.cu"
+COPY_VEC128_FLAT = "01-roofline/03_copy_vec128_flat.cu"
+FMA_PROBE = "01-roofline/04_fma_probe.cu"
 CHECK_SIZES = [0, 1, 3, 4, 7, 1000, 65537, 1_000_003]   # irregular: empty, tails of 1-3, primes
 
 
@@ -39,6 +40,18 @@ def copy_vec128(x, y, threads: int = 256, blocks_per_sm: int = 8):
         k((blocks,), (threads,), (x, y, cp.int64(n)))
 
 
+def copy_vec128_flat(x, y, threads: int = 256):
+    """y[:] = x[:] with one 16-byte vector per thread and a grid that covers the data (no loop)."""
+    import cupy as cp
+    expect("x", x, dtype=np.float32, align=16)
+    expect("y", y, dtype=np.float32, shape=x.shape, align=16)
+    n = x.size
+    if n:
+        blocks = max(1, (n // 4 + threads - 1) // threads)      # at least one block, for a tail-only copy
+        k = load_kernel(COPY_VEC128_FLAT, "copy_vec128_flat")
+        k((blocks,), (threads,), (x, y, cp.int64(n)))
+
+
 @functools.lru_cache(maxsize=None)
 def sm_count() -> int:
     """SMs of the current GPU (cached: getDeviceProperties costs about a millisecond of host time, which
@@ -47,7 +60,7 @@ def sm_count() -> int:
     return cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"]
 
 
-COPIES = {"copy_scalar": copy_scalar, "copy_vec128": copy_vec128}
+COPIES = {"copy_scalar": copy_scalar, "copy_vec128": copy_vec128, "copy_vec128_flat": copy_vec128_flat}
 
 
 def check_copies(ctx):

@@ -1,4 +1,4 @@
-// Chapter 01, version 3: the fp32 FMA-throughput probe.
+// Chapter 01, version 4: the fp32 FMA-throughput probe.
 //
 // Idea: every thread runs 8 independent chains of fused multiply-adds, so a scheduler always has an FMA
 // whose inputs are ready (FMA latency is ~4 cycles; 4 schedulers per SM each issue one warp-FMA per cycle).
