@@ -151,7 +151,7 @@ def run_nbval(paths, workers: int = 4) -> tuple[bool, str]:
            "--nbval-sanitize-with", str(SANITIZE), "--nbval-cell-timeout", "600", *map(str, paths)]
     try:
         import xdist  # noqa: F401  (timings are exempt, so notebooks may share the GPU)
-        cmd[3:3] = ["-n", str(min(workers, len(paths)))]
+        cmd[3:3] = ["-n", str(min(workers, len(paths))), "--dist", "loadfile"]   # a notebook stays in one kernel
     except ImportError:
         pass
     r = subprocess.run(cmd, cwd=ROOT, env=_env())
