@@ -146,15 +146,20 @@ def strip_widget_views(nb) -> None:
     nb.metadata.pop("widgets", None)
 
 
-def run_nbval(paths, workers: int = 4) -> tuple[bool, str]:
+def nbval_command(paths, workers: int = 4) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval",
            "--nbval-sanitize-with", str(SANITIZE), "--nbval-cell-timeout", "600", *map(str, paths)]
     try:
         import xdist  # noqa: F401  (timings are exempt, so notebooks may share the GPU)
-        cmd[3:3] = ["-n", str(min(workers, len(paths))), "--dist", "loadfile"]   # a notebook stays in one kernel
+        # whole notebooks per worker: nbval's items are cells, and a cell needs its notebook's kernel
+        cmd[3:3] = ["-n", str(min(workers, len(paths))), "--dist", "loadfile"]
     except ImportError:
         pass
-    r = subprocess.run(cmd, cwd=ROOT, env=_env())
+    return cmd
+
+
+def run_nbval(paths, workers: int = 4) -> tuple[bool, str]:
+    r = subprocess.run(nbval_command(paths, workers), cwd=ROOT, env=_env())
     return r.returncode == 0, f"nbval exit {r.returncode}"
 
 

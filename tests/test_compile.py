@@ -58,3 +58,19 @@ def test_report_parses_shared_memory_and_barriers():
 
 def test_unparsed_compiler_output_is_shown_verbatim():
     assert "something odd" in format_compile_error("something odd happened", "", "x.cu")
+
+
+def test_an_empty_ptxas_log_is_answered_by_a_fresh_process(monkeypatch):
+    # On an H200, inside a notebook kernel that had already run CUDA work, NVRTC compiled but returned a log
+    # without ptxas' report; compile_check then asks a fresh process instead of printing an empty table.
+    import labkit.compile as comp
+    real = comp._nvrtc_compile
+    calls = []
+
+    def empty_log(source, name, opts):
+        calls.append(name)
+        return real(source, name, opts)[0], ""
+    monkeypatch.setattr(comp, "_nvrtc_compile", empty_log)
+    report = compile_check("01-roofline/03_copy_vec128_flat.cu", "sm_90")
+    assert calls == ["03_copy_vec128_flat.cu"]
+    assert report.functions["copy_vec128_flat"].registers > 0

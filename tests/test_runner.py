@@ -74,3 +74,15 @@ def test_nbval_accepts_a_recording_and_rejects_a_changed_output(tmp_path):
     out.cells[0].outputs[0]["text"] = "ok  n=7\n"                # a deterministic output that no longer matches
     nbformat.write(out, str(path))
     assert not run_nbval([path])[0]
+
+
+def test_nbval_keeps_each_notebook_in_one_worker(monkeypatch):
+    # With pytest-xdist present (as on the GPU runner), nbval's items are single cells; without
+    # --dist loadfile they are spread over workers and run without their notebook's earlier cells.
+    import sys
+    import types
+    from labkit.runner import nbval_command
+    monkeypatch.setitem(sys.modules, "xdist", types.ModuleType("xdist"))
+    cmd = nbval_command(["a.ipynb", "b.ipynb", "c.ipynb"], workers=4)
+    i = cmd.index("-n")
+    assert cmd[i + 1] == "3" and cmd[cmd.index("--dist") + 1] == "loadfile"
