@@ -109,7 +109,14 @@ def save_results(path: Path, gpu: dict, ceilings: dict, records: list[Record], p
                    if ch not in replace_chapters}
     for ch in sorted({r.chapter for r in records}):
         sources[ch] = chapter_sources(ch)       # what these records were measured with
-    out = {"gpu": gpu, "ceilings": ceilings, "sources": sources, "records": [r.to_json() for r in allrec],
+    chapter_ceilings = {}
+    if replace_chapters is not None and path.exists():
+        chapter_ceilings = {ch: v for ch, v in json.loads(path.read_text()).get("chapter_ceilings", {}).items()
+                            if ch not in replace_chapters}
+    for ch in sorted({r.chapter for r in records}):
+        chapter_ceilings[ch] = ceilings         # the ceilings these records were divided by
+    out = {"gpu": gpu, "ceilings": ceilings, "chapter_ceilings": dict(sorted(chapter_ceilings.items())),
+           "sources": sources, "records": [r.to_json() for r in allrec],
            "profiles": kept_profiles + list(profiles or [])}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1, sort_keys=False) + "\n")

@@ -26,11 +26,22 @@ class Recorded:
         data = load_results(path)
         self.chapter = chapter
         self.gpu = data["gpu"]
-        self.ceilings = data["ceilings"]
+        # Each record carries the ceiling it was divided by, measured in its chapter's own benchmark run.
+        # The file's top-level ceilings are those of the latest run (any chapter); a chapter's page quotes
+        # the ones from its own run: all of them where the file kept them per chapter, else the copy
+        # ceiling its records carry.
+        own = data.get("chapter_ceilings", {}).get(chapter)
+        self.ceilings = dict(own or data["ceilings"])
+        self.same_run = set(self.ceilings) if own else set()
         self.records = [r for r in data["records"] if r.chapter == chapter]
         self.profiles = [p for p in data.get("profiles", []) if p.get("chapter") == chapter]
         if not self.records:
             raise LookupError(f"{path.name} holds no records of chapter {chapter}")
+        if not own:
+            copy = {r.ceiling_value for r in self.records if r.ceiling_name == "copy"}
+            if len(copy) == 1:
+                self.ceilings["copy_gbps"] = copy.pop()
+                self.same_run = {"copy_gbps"}
 
     # ------------------------------------------------------------------------------------ glue
     def values(self) -> dict[str, float]:
@@ -70,8 +81,17 @@ class Recorded:
         text = (f"Measured on **{g['name']}** (compute capability {g['compute_capability']}, {g['sm_count']} SMs, "
                 f"driver {g.get('driver')}, CUDA runtime {g.get('cuda_runtime')}, CuPy {g.get('cupy')}"
                 + (f", PyTorch {g['torch']}" if g.get("torch") else "")
-                + f") on {self.date}. Ceilings measured in the same run: copy {self.ceilings['copy_gbps']:.0f} GB/s, "
-                f"fp32 FMA {self.ceilings['fp32_tflops']:.1f} TFLOP/s, bf16 matmul {self.ceilings['bf16_tflops']:.0f} TFLOP/s.")
+                + f") on {self.date}. ")
+        c = self.ceilings
+        named = {"copy_gbps": f"copy {c['copy_gbps']:.0f} GB/s", "fp32_tflops": f"fp32 FMA {c['fp32_tflops']:.1f} TFLOP/s",
+                 "bf16_tflops": f"bf16 matmul {c['bf16_tflops']:.0f} TFLOP/s"}
+        same = [v for k, v in named.items() if k in self.same_run]
+        other = [v for k, v in named.items() if k not in self.same_run]
+        if same:
+            text += f"Measured in the same run: {', '.join(same)}. "
+        if other:
+            when = str(c.get("measured_at", ""))[:16].replace("T", " ")
+            text += f"Roofs drawn from another run on the same GPU{f' ({when} UTC)' if when else ''}: {', '.join(other)}."
         return _markdown(text)
 
     def rows(self, op: str | None = None):

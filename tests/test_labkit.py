@@ -53,6 +53,26 @@ def test_results_round_trip_and_chapter_replacement(tmp_path):
               "baseline_median_ms", "ceiling_name", "ceiling_value", "fraction_of_ceiling", "recorded_at"}
     assert needed <= set(raw["records"][0])
     assert data["ceilings"]["copy_gbps"] == 2.0
+    assert data["chapter_ceilings"] == {"01": {"copy_gbps": 1.0}, "03": {"copy_gbps": 2.0}}
+
+
+def test_a_chapter_page_quotes_the_ceilings_of_its_own_run(tmp_path, monkeypatch):
+    import labkit.report as report
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    gpu = {"name": "Fake GPU", "slug": "fake-gpu", "compute_capability": "9.0", "sm_count": 132}
+    full = {"copy_gbps": 4000.0, "fp32_tflops": 60.0, "bf16_tflops": 800.0, "measured_at": "2026-11-30T10:00:00"}
+    save_results(tmp_path / "fake-gpu.json", gpu, full, [_rec(chapter="01", ceiling_value=4000.0)])
+    later = dict(full, copy_gbps=4100.0, measured_at="2026-11-30T11:00:00")
+    save_results(tmp_path / "fake-gpu.json", gpu, later, [_rec(chapter="03", ceiling_value=4100.0)],
+                 replace_chapters={"03"})
+    assert report.Recorded("01", "fake-gpu").values()["ceiling.copy_gbps"] == 4000.0    # not the later run's
+    assert report.Recorded("03", "fake-gpu").values()["ceiling.copy_gbps"] == 4100.0
+    # a file written before ceilings were kept per chapter: the copy ceiling comes from the chapter's records
+    raw = json.loads((tmp_path / "fake-gpu.json").read_text())
+    del raw["chapter_ceilings"]
+    (tmp_path / "fake-gpu.json").write_text(json.dumps(raw))
+    old = report.Recorded("01", "fake-gpu")
+    assert old.values()["ceiling.copy_gbps"] == 4000.0 and old.same_run == {"copy_gbps"}
 
 
 def test_roofline_geometry():
