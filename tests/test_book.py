@@ -34,6 +34,18 @@ def test_book_builds_without_warnings(built_book):
         assert (built_book / f"{page}.html").exists(), f"{page} missing from the build"
 
 
+def test_results_tables_render_as_tables(built_book):
+    # Markdown outputs of code cells (the recorded results, the labs' tables) must come out as HTML tables,
+    # not as rows of pipes: CommonMark alone has no tables.
+    pages = [f"book/{d.name}/index.html" for d in sorted((ROOT / "book").iterdir()) if d.name[:2].isdigit()]
+    pages += [f"labs/{d.name}/lab.html" for d in sorted((ROOT / "labs").iterdir()) if (d / "lab.ipynb").exists()]
+    for page in pages:
+        html = (built_book / page).read_text()
+        assert "| op | kernel |" not in html and "|---|" not in html, f"{page}: a Markdown table left unrendered"
+    assert "<table" in (built_book / "book/01-roofline/index.html").read_text()
+    assert "<td><p>copy_vec128_flat</p></td>" in (built_book / "labs/01-roofline/lab.html").read_text()
+
+
 def test_math_is_served_locally(built_book):
     html = (built_book / "book/01-roofline/index.html").read_text()
     assert "_static/mathjax/tex-chtml.js" in html
