@@ -130,16 +130,17 @@ class Recorded:
 
 
 def records_table(records) -> str:
-    """A Markdown table of records: one row per kernel and shape."""
-    head = ("| op | kernel | shape | dtype | median ms | IQR ms | GB/s | TFLOP/s | % of ceiling | baseline | baseline ms | x baseline |\n"
-            "|---|---|---|---|--:|--:|--:|--:|--:|---|--:|--:|\n")
+    """A Markdown table of records: one row per kernel and shape, narrow enough for a book page. Rates the
+    operation doesn't have (GB/s of a pure-arithmetic probe, TFLOP/s of a copy) are left blank."""
+    head = ("| op | kernel | shape | median ms (IQR) | GB/s | TFLOP/s | of ceiling | × baseline |\n"
+            "|---|---|---|--:|--:|--:|--:|---|\n")
     lines = []
     for r in records:
-        sp = f"{r.speedup:.2f}" if r.speedup is not None else ""
-        bms = f"{r.baseline_median_ms:.4f}" if r.baseline_median_ms else ""
-        lines.append(f"| {r.op} | {r.kernel} | {r.shape_key} | {r.dtype} | {r.median_ms:.4f} | {r.spread_ms:.4f} | "
-                     f"{r.gbps:.0f} | {r.tflops:.3f} | {100 * r.fraction_of_ceiling:.1f}% of {r.ceiling_name} | "
-                     f"{r.baseline or ''} | {bms} | {sp} |")
+        sp = f"{r.speedup:.2f}× {r.baseline}" if r.speedup is not None else (r.baseline or "")
+        gbps = f"{r.gbps:.0f}" if r.bytes else ""
+        tflops = f"{r.tflops:.3g}" if r.flops else ""
+        lines.append(f"| {r.op} | {r.kernel} | {r.shape_key} {r.dtype} | {r.median_ms:.4f} ({r.spread_ms:.4f}) | "
+                     f"{gbps} | {tflops} | {100 * r.fraction_of_ceiling:.1f}% of {r.ceiling_name} | {sp} |")
     return head + "\n".join(lines) + "\n"
 
 
