@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from .runner import CELL_TIMEOUT
 
 
 def _info(args):
@@ -61,7 +62,7 @@ def _bench(args):
 
 def _gpu_check(args):
     from .runner import PHASES, gpu_check
-    return gpu_check(tuple(args.only.split(",")) if args.only else PHASES, args.chapter or None)
+    return gpu_check(tuple(args.only.split(",")) if args.only else PHASES, args.chapter or None, args.cell_timeout)
 
 
 def _profile(args):
@@ -103,6 +104,8 @@ def main(argv=None) -> int:
     s = sub.add_parser("gpu-check", help="on a GPU: GPU tests, benchmarks, record every notebook, re-run under nbval")
     s.add_argument("--only", help="comma-separated phases: tests,bench,profile,record,nbval")
     s.add_argument("--chapter", action="append", help="limit bench and notebooks to these chapters")
+    s.add_argument("--cell-timeout", type=int, default=CELL_TIMEOUT,
+                   help=f"seconds a notebook cell may run when recording and under nbval (default {CELL_TIMEOUT})")
     s.set_defaults(fn=_gpu_check)
     s = sub.add_parser("profile", help="Nsight Compute readings of each chapter's kernels into the results file")
     s.add_argument("--chapter", action="append", help="chapter number such as 03 (repeatable; default: all)")
@@ -115,7 +118,12 @@ def main(argv=None) -> int:
     except ImportError:
         pass
     args = p.parse_args(argv)
-    return (getattr(args, "fn", None) or args.func)(args)
+    from .errors import LabkitError
+    try:
+        return (getattr(args, "fn", None) or args.func)(args)
+    except LabkitError as e:          # a learner's or operator's mistake: the message, not a traceback
+        print(f"{type(e).__name__}: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

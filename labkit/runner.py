@@ -75,7 +75,13 @@ def run_profile(chapters=None) -> tuple[bool, str]:
     return not failed, "; ".join(failed) or f"{len(got)} kernels profiled"
 
 
-def record_notebooks(paths, timeout: int = 600, gpu: dict | None = None) -> tuple[bool, str]:
+# Seconds per cell. The slowest recorded cell took 5.4 s on an H200 (nbclient's timings in the notebooks), and
+# measuring the ceilings once per GPU about 10 s more: room for a GPU 20x slower, while a stalled cell fails in
+# minutes rather than at the runner's own time limit.
+CELL_TIMEOUT = 300
+
+
+def record_notebooks(paths, timeout: int = CELL_TIMEOUT, gpu: dict | None = None) -> tuple[bool, str]:
     """Execute each notebook in place (nbclient) and stamp its provenance; `gpu` defaults to this GPU."""
     import nbformat
     from tqdm.auto import tqdm
@@ -146,9 +152,9 @@ def strip_widget_views(nb) -> None:
     nb.metadata.pop("widgets", None)
 
 
-def nbval_command(paths, workers: int = 4) -> list[str]:
+def nbval_command(paths, workers: int = 4, timeout: int = CELL_TIMEOUT) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval",
-           "--nbval-sanitize-with", str(SANITIZE), "--nbval-cell-timeout", "600", *map(str, paths)]
+           "--nbval-sanitize-with", str(SANITIZE), "--nbval-cell-timeout", str(timeout), *map(str, paths)]
     try:
         import xdist  # noqa: F401  (timings are exempt, so notebooks may share the GPU)
         # whole notebooks per worker: nbval's items are cells, and a cell needs its notebook's kernel
@@ -158,12 +164,12 @@ def nbval_command(paths, workers: int = 4) -> list[str]:
     return cmd
 
 
-def run_nbval(paths, workers: int = 4) -> tuple[bool, str]:
-    r = subprocess.run(nbval_command(paths, workers), cwd=ROOT, env=_env())
+def run_nbval(paths, workers: int = 4, timeout: int = CELL_TIMEOUT) -> tuple[bool, str]:
+    r = subprocess.run(nbval_command(paths, workers, timeout), cwd=ROOT, env=_env())
     return r.returncode == 0, f"nbval exit {r.returncode}"
 
 
-def gpu_check(only=PHASES, chapters=None) -> int:
+def gpu_check(only=PHASES, chapters=None, cell_timeout: int = CELL_TIMEOUT) -> int:
     from .device import gpu_info, require_gpu
     require_gpu("gpu-check")
     info = gpu_info()
@@ -173,7 +179,7 @@ def gpu_check(only=PHASES, chapters=None) -> int:
     if chapters:
         paths = [p for p in paths if p.parent.name[:2] in chapters]
     steps = {"tests": run_tests, "bench": lambda: run_bench(chapters), "profile": lambda: run_profile(chapters),
-             "record": lambda: record_notebooks(paths), "nbval": lambda: run_nbval(paths)}
+             "record": lambda: record_notebooks(paths, cell_timeout), "nbval": lambda: run_nbval(paths, timeout=cell_timeout)}
     rows, ok_all, t_all = [], True, time.time()
     for phase in PHASES:
         if phase not in only:

@@ -188,3 +188,12 @@ def test_roofline_axis_widens_to_show_every_point():
     ax = plot([{"label": "huge GEMM", "intensity": 40000.0, "tflops": 780.0}],
               {"copy_gbps": 4100, "fp32_tflops": 65, "bf16_tflops": 790})
     assert ax.get_xlim()[1] >= 40000
+
+
+def test_gpu_verbs_without_gpu_say_so_and_exit_2(capsys, monkeypatch):
+    import labkit.device as device
+    from labkit.__main__ import main
+    monkeypatch.setattr(device, "has_gpu", lambda: False)     # the same path on a machine with a GPU
+    assert main(["gpu-check", "--only", "record"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("NoGPUError: gpu-check needs a CUDA GPU") and "Traceback" not in err
