@@ -184,14 +184,11 @@ def compile_check(path_or_source, arch: str = "sm_90", options=()) -> PtxasRepor
     if not ok:
         raise KernelCompileError(format_compile_error(log, source, name))
     report = parse_ptxas(log, arch)
-    if not report.functions and "__global__" in source and not os.environ.get(_CHILD):
+    if not report.functions and "__global__" in source:
         # Seen on an H200 inside a notebook kernel after CUDA work: NVRTC compiled, but its log held no
         # ptxas report. A fresh process gives the report, so ask one rather than print an empty table.
         report = parse_ptxas(_nvrtc_log_in_fresh_process(source, name, opts), arch)
     return report
-
-
-_CHILD = "LABKIT_COMPILE_CHECK_CHILD"
 
 
 def _nvrtc_compile(source: str, name: str, opts: list[str]) -> tuple[bool, str]:
@@ -214,7 +211,7 @@ def _nvrtc_log_in_fresh_process(source: str, name: str, opts: list[str]) -> str:
     import sys
     code = ("import json, sys; from labkit.compile import _nvrtc_compile; a = json.load(sys.stdin); "
             "print(json.dumps(_nvrtc_compile(a['source'], a['name'], a['opts'])[1]))")
-    env = dict(os.environ, **{_CHILD: "1"})
+    env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(KERNELS.parent), env.get("PYTHONPATH", "")])
     r = subprocess.run([sys.executable, "-c", code], input=json.dumps({"source": source, "name": name, "opts": opts}),
                        capture_output=True, text=True, env=env, timeout=120)

@@ -96,24 +96,16 @@ def save_results(path: Path, gpu: dict, ceilings: dict, records: list[Record], p
                  replace_chapters: set[str] | None = None) -> None:
     """Write the results file. With `replace_chapters`, records of other chapters already there are kept."""
     path = Path(path)
-    kept, kept_profiles = [], []
-    if replace_chapters is not None and path.exists():
-        old = load_results(path)
-        kept = [r for r in old["records"] if r.chapter not in replace_chapters]
-        kept_profiles = [p for p in old.get("profiles", []) if p.get("chapter") not in replace_chapters]
+    old = json.loads(path.read_text()) if replace_chapters is not None and path.exists() else {}
+    drop = set(replace_chapters or ())          # the file's entries of these chapters are replaced
+    kept = [r for r in map(Record.from_json, old.get("records", [])) if r.chapter not in drop]
+    kept_profiles = [p for p in old.get("profiles", []) if p.get("chapter") not in drop]
     allrec = sorted(kept + list(records), key=lambda r: (r.chapter, r.op, r.kernel, r.shape_key))
     from .provenance import chapter_sources
-    sources = {}
-    if replace_chapters is not None and path.exists():
-        sources = {ch: v for ch, v in json.loads(path.read_text()).get("sources", {}).items()
-                   if ch not in replace_chapters}
+    sources = {ch: v for ch, v in old.get("sources", {}).items() if ch not in drop}
+    chapter_ceilings = {ch: v for ch, v in old.get("chapter_ceilings", {}).items() if ch not in drop}
     for ch in sorted({r.chapter for r in records}):
         sources[ch] = chapter_sources(ch)       # what these records were measured with
-    chapter_ceilings = {}
-    if replace_chapters is not None and path.exists():
-        chapter_ceilings = {ch: v for ch, v in json.loads(path.read_text()).get("chapter_ceilings", {}).items()
-                            if ch not in replace_chapters}
-    for ch in sorted({r.chapter for r in records}):
         chapter_ceilings[ch] = ceilings         # the ceilings these records were divided by
     out = {"gpu": gpu, "ceilings": ceilings, "chapter_ceilings": dict(sorted(chapter_ceilings.items())),
            "sources": sources, "records": [r.to_json() for r in allrec],
