@@ -68,9 +68,10 @@ def measure_copy(nbytes: int = COPY_BYTES) -> dict:
 def fma_launch():
     """(launch function, FLOPs per launch) for the chapter 01 FMA probe, sized to this GPU."""
     import cupy as cp
-    from .compile import load_kernel
-    k = load_kernel("01-roofline/04_fma_probe.cu", "fma_probe")
-    sms = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"]
+    from .compile import kernel
+    from .device import sm_count
+    k = kernel("01-roofline/04_fma_probe.cu", "fma_probe")
+    sms = sm_count()
     blocks, threads = sms * 8, 256
     out = cp.zeros(blocks, dtype=cp.float32)
     args = (out, cp.float32(1.0000001), cp.float32(-1e-7), cp.int32(FMA_ITERS))

@@ -150,3 +150,9 @@ def expect(name: str, a, *, dtype=None, shape=None, ndim=None, align: int = 16, 
         raise KernelInputError(f"{name} starts at an address that is not {align}-byte aligned "
                                f"(address % {align} = {a.data.ptr % align}); this kernel needs aligned input")
     return a
+
+
+def expect_threads(threads, most: int = 1024):
+    """Raise KernelInputError unless `threads` (per block) is an integer from 1 to `most`."""
+    if not isinstance(threads, (int, np.integer)) or not 1 <= threads <= most:
+        raise KernelInputError(f"threads must be an integer from 1 to {most}, got {threads!r}")

@@ -25,6 +25,14 @@ def require_gpu(what: str = "this step"):
     return cupy
 
 
+@functools.lru_cache(maxsize=None)
+def sm_count() -> int:
+    """SMs of the current GPU (cached: getDeviceProperties costs about a millisecond of host time, which
+    would otherwise sit inside every timed launch of a wrapper that sizes its grid by it)."""
+    cp = require_gpu("sm_count")
+    return cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"]
+
+
 def slug(name: str) -> str:
     """'NVIDIA H200' -> 'nvidia-h200' (file names of recorded results)."""
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")

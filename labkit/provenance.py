@@ -1,7 +1,9 @@
 """Provenance of recorded notebooks: where and when they ran, and hashes of the code and kernels they ran.
 
 A recorded notebook carries `metadata.labkit.provenance`; `problems()` recomputes the hashes and says
-which notebook is stale and why (its code changed, or a kernel it uses changed, or it has no provenance).
+which notebook is stale and why (its code changed, a kernel or chapter module it uses changed, or it has no
+provenance). A notebook uses the kernels its code names and the chapter modules it imports (`from
+labkit.chapters import ch02`), and through those modules the kernels and chapter modules they name.
 Kernel hashes ignore comments and blank space, so a kernel's header (its recorded result) can be updated
 without invalidating the notebooks that ran it.
 """
@@ -14,6 +16,8 @@ from pathlib import Path
 from .paths import KERNELS, ROOT
 
 KERNEL_REF = re.compile(r"\b(\d\d-[a-z0-9-]+/\d\d_\w+\.(?:cu|py))\b")
+CHAPTER_IMPORT = re.compile(r"from labkit\.chapters import ([\w, ]+)|from \.(ch\d\d) import")
+CHAPTERS = ROOT / "labkit" / "chapters"
 
 
 def _sha(text: str) -> str:
@@ -35,6 +39,11 @@ def kernel_hash(rel: str) -> str:
     return _sha(_python_code(text) if rel.endswith(".py") else strip_comments(text))
 
 
+def module_hash(rel: str) -> str:
+    """Hash of a chapter module (`labkit/chapters/ch03.py`) without its comments."""
+    return _sha(_python_code((ROOT / rel).read_text()))
+
+
 def chapter_sources(chapter: str) -> dict[str, str]:
     """Hashes of what a chapter's benchmark records depend on: its kernel files and its chapter module."""
     from .paths import chapter_dir
@@ -42,7 +51,7 @@ def chapter_sources(chapter: str) -> dict[str, str]:
            for f in sorted(chapter_dir(KERNELS, chapter).iterdir()) if f.suffix in (".cu", ".py")}
     module = ROOT / "labkit" / "chapters" / f"ch{chapter}.py"
     if module.exists():
-        out[f"labkit/chapters/ch{chapter}.py"] = _sha(_python_code(module.read_text()))
+        out[f"labkit/chapters/ch{chapter}.py"] = module_hash(f"labkit/chapters/ch{chapter}.py")
     return out
 
 
@@ -73,10 +82,31 @@ def code_hash(nb) -> str:
     return _sha("\n# ---- cell ----\n".join(code_cells(nb)))
 
 
+def _imported_chapters(text: str) -> set[str]:
+    names = set()
+    for listed, relative in CHAPTER_IMPORT.findall(text):
+        names.update(n.strip() for n in (listed or relative).split(",") if n.strip())
+    return names
+
+
+def modules_used(nb) -> list[str]:
+    """Chapter modules a notebook imports, and those they import in turn ("labkit/chapters/ch02.py"), sorted."""
+    todo = set().union(*(_imported_chapters(src) for src in code_cells(nb)))
+    seen = set()
+    while todo:
+        name = todo.pop()
+        if name in seen or not (CHAPTERS / f"{name}.py").exists():
+            continue
+        seen.add(name)
+        todo |= _imported_chapters((CHAPTERS / f"{name}.py").read_text())
+    return sorted(f"labkit/chapters/{name}.py" for name in seen)
+
+
 def kernels_used(nb) -> list[str]:
-    """Kernel files a notebook names in its code (e.g. "03-elementwise/02_add_vec128.cu"), sorted."""
+    """Kernel files a notebook names in its code or runs through the chapter modules it imports
+    (e.g. "03-elementwise/02_add_vec128.cu"), sorted."""
     found = set()
-    for src in code_cells(nb):
+    for src in code_cells(nb) + [(ROOT / m).read_text() for m in modules_used(nb)]:
         found.update(KERNEL_REF.findall(src))
     return sorted(found)
 
@@ -90,6 +120,7 @@ def stamp(nb, gpu: dict, recorded_at: str, seconds: float | None = None) -> None
         "torch": gpu.get("torch"), "recorded_at": recorded_at, "execution_seconds": seconds,
         "code_sha256": code_hash(nb),
         "kernels": {k: kernel_hash(k) for k in kernels_used(nb)},
+        "modules": {m: module_hash(m) for m in modules_used(nb)},
     }
 
 
@@ -114,4 +145,11 @@ def problems(path: Path) -> list[str]:
             out.append(f"{name}: kernel {k} no longer exists")
         elif recorded[k] != kernel_hash(k):
             out.append(f"{name}: kernel {k} changed since it was recorded on {prov.get('recorded_at')}: re-record it")
+    modules = prov.get("modules", {})
+    for m in modules_used(nb):
+        if m not in modules:
+            out.append(f"{name}: chapter module {m} was not part of the recording: re-record it")
+        elif modules[m] != module_hash(m):
+            out.append(f"{name}: chapter module {m} changed since it was recorded on {prov.get('recorded_at')}: "
+                       "re-record it")
     return out

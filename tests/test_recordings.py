@@ -114,6 +114,28 @@ def test_changing_a_kernel_line_makes_its_notebook_stale(tmp_path, monkeypatch):
     assert any(kernel in m and nb_path.name in m and "changed" in m for m in msgs), msgs
 
 
+def test_changing_a_chapter_module_line_makes_the_notebooks_using_it_stale(tmp_path, monkeypatch):
+    """Chapter 03's lab imports ch03, which imports ch02: a code change in ch02 makes it stale, naming ch02."""
+    nb = nbformat.read(str(LABS / "03-elementwise" / "lab.ipynb"), as_version=4)
+    prov.stamp(nb, {"name": "test GPU"}, "2026-01-01T00:00:00+00:00")
+    nb_path = tmp_path / "lab.ipynb"
+    nbformat.write(nb, str(nb_path))
+    assert prov.modules_used(nb) == ["labkit/chapters/ch02.py", "labkit/chapters/ch03.py"]
+    assert "02-first-kernel/01_add_bf16.cu" in prov.kernels_used(nb), "kernels run through ch02 count as used"
+    root = tmp_path / "root"
+    shutil.copytree(prov.ROOT / "labkit" / "chapters", root / "labkit" / "chapters")
+    monkeypatch.setattr(prov, "ROOT", root)
+    monkeypatch.setattr(prov, "CHAPTERS", root / "labkit" / "chapters")
+    assert prov.problems(nb_path) == []
+    module = root / "labkit" / "chapters" / "ch02.py"
+    module.write_text(module.read_text() + "\n# a comment alone changes nothing\n")
+    assert prov.problems(nb_path) == []
+    module.write_text(module.read_text().replace("SENTINEL, SENTINEL_VALUE = 0x4040, 3.0",
+                                                 "SENTINEL, SENTINEL_VALUE = 0x4041, 3.0078125"))
+    msgs = prov.problems(nb_path)
+    assert len(msgs) == 1 and "lab.ipynb" in msgs[0] and "labkit/chapters/ch02.py changed" in msgs[0], msgs
+
+
 def test_a_comment_change_does_not_make_it_stale(tmp_path, monkeypatch):
     nb = nbformat.read(str(LABS_NB[0]), as_version=4)
     prov.stamp(nb, {"name": "test GPU"}, "2026-01-01T00:00:00+00:00")

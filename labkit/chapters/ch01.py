@@ -1,12 +1,11 @@
 """Chapter 01: the three copy probes and the FMA probe, against cupy.copyto and the fp32 peak."""
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from ..checks import GuardedOutput, expect
-from ..compile import load_kernel
+from ..compile import kernel
+from ..device import sm_count
 from ..timing import bench
 
 COPY_SCALAR = "01-roofline/01_copy_scalar.cu"
@@ -14,50 +13,35 @@ COPY_VEC128 = "01-roofline/02_copy_vec128.cu"
 COPY_VEC128_FLAT = "01-roofline/03_copy_vec128_flat.cu"
 FMA_PROBE = "01-roofline/04_fma_probe.cu"
 CHECK_SIZES = [0, 1, 3, 4, 7, 1000, 65537, 1_000_003]   # irregular: empty, tails of 1-3, primes
+THREADS = 256
 
 
-def copy_scalar(x, y, threads: int = 256):
+def _copy(path: str, name: str, x, y, align: int, blocks) -> None:
+    """Check x and y (fp32, same shape, contiguous, `align`-byte aligned), then launch `name` with
+    `blocks(n)` blocks of THREADS threads; nothing to launch for an empty array."""
+    import cupy as cp
+    expect("x", x, dtype=np.float32, align=align)
+    expect("y", y, dtype=np.float32, shape=x.shape, align=align)
+    n = x.size
+    if n:
+        kernel(path, name)((blocks(n),), (THREADS,), (x, y, cp.int64(n)))
+
+
+def copy_scalar(x, y):
     """y[:] = x[:] with one float per thread."""
-    import cupy as cp
-    expect("x", x, dtype=np.float32, align=4)
-    expect("y", y, dtype=np.float32, shape=x.shape, align=4)
-    n = x.size
-    if n:
-        k = load_kernel(COPY_SCALAR, "copy_scalar")
-        k(((n + threads - 1) // threads,), (threads,), (x, y, cp.int64(n)))
+    _copy(COPY_SCALAR, "copy_scalar", x, y, 4, lambda n: -(-n // THREADS))
 
 
-def copy_vec128(x, y, threads: int = 256, blocks_per_sm: int = 8):
+def copy_vec128(x, y, blocks_per_sm: int = 8):
     """y[:] = x[:] with 16-byte vectors, a grid-stride loop and a grid sized to the GPU."""
-    import cupy as cp
-    expect("x", x, dtype=np.float32, align=16)
-    expect("y", y, dtype=np.float32, shape=x.shape, align=16)
-    n = x.size
-    if n:
-        sms = sm_count()
-        blocks = max(1, min(sms * blocks_per_sm, (n // 4 + threads - 1) // threads))
-        k = load_kernel(COPY_VEC128, "copy_vec128")
-        k((blocks,), (threads,), (x, y, cp.int64(n)))
+    _copy(COPY_VEC128, "copy_vec128", x, y, 16,
+          lambda n: max(1, min(sm_count() * blocks_per_sm, -(-(n // 4) // THREADS))))
 
 
-def copy_vec128_flat(x, y, threads: int = 256):
+def copy_vec128_flat(x, y):
     """y[:] = x[:] with one 16-byte vector per thread and a grid that covers the data (no loop)."""
-    import cupy as cp
-    expect("x", x, dtype=np.float32, align=16)
-    expect("y", y, dtype=np.float32, shape=x.shape, align=16)
-    n = x.size
-    if n:
-        blocks = max(1, (n // 4 + threads - 1) // threads)      # at least one block, for a tail-only copy
-        k = load_kernel(COPY_VEC128_FLAT, "copy_vec128_flat")
-        k((blocks,), (threads,), (x, y, cp.int64(n)))
-
-
-@functools.lru_cache(maxsize=None)
-def sm_count() -> int:
-    """SMs of the current GPU (cached: getDeviceProperties costs about a millisecond of host time, which
-    would otherwise sit inside every timed launch)."""
-    import cupy as cp
-    return cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"]
+    _copy(COPY_VEC128_FLAT, "copy_vec128_flat", x, y, 16,
+          lambda n: max(1, -(-(n // 4) // THREADS)))            # at least one block, for a tail-only copy
 
 
 COPIES = {"copy_scalar": copy_scalar, "copy_vec128": copy_vec128, "copy_vec128_flat": copy_vec128_flat}

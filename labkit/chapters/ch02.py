@@ -9,15 +9,14 @@ elements per thread) and `l2_trap` (the same kernel timed with and without an L2
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 
 from .. import bf16
 from ..bench import CheckFailed
-from ..checks import GuardedOutput, expect
-from ..compile import load_kernel
+from ..checks import GuardedOutput, expect, expect_threads
+from ..compile import kernel
 from ..errors import KernelInputError
 from ..timing import bench
 
@@ -35,13 +34,6 @@ BF16_NAN, BF16_INF, BF16_NEG_INF, BF16_NEG_ZERO, BF16_MAX = 0x7FC0, 0x7F80, 0xFF
 SENTINEL, SENTINEL_VALUE = 0x4040, 3.0                   # marks output elements a kernel must not touch
 
 
-@functools.lru_cache(maxsize=None)
-def kernel(path: str, name: str):
-    """The launchable kernel `name` of a course file. `load_kernel` caches modules itself (by source text);
-    this also skips its per-call file read check, so a wrapper's launch costs no more than CuPy's own."""
-    return load_kernel(path, name)
-
-
 # ------------------------------------------------------------------------------------------ wrappers
 
 def _expect_add(x, b, y, align: int = 2):
@@ -50,15 +42,10 @@ def _expect_add(x, b, y, align: int = 2):
     expect("y", y, dtype=np.uint16, shape=x.shape, align=align)
 
 
-def _expect_threads(threads: int, most: int = 1024):
-    if not isinstance(threads, (int, np.integer)) or not 1 <= threads <= most:
-        raise KernelInputError(f"threads must be an integer from 1 to {most}, got {threads!r}")
-
-
 def add_naive(x, b, y, threads: int = 256):
     """y = x + b (bf16 bit patterns as uint16, any shape, contiguous), one element per thread."""
     _expect_add(x, b, y)
-    _expect_threads(threads)
+    expect_threads(threads)
     n = x.size
     if n:
         blocks = (n + threads - 1) // threads
@@ -68,7 +55,7 @@ def add_naive(x, b, y, threads: int = 256):
 def add_elements_per_thread(x, b, y, threads: int = 256, ept: int = 1):
     """y = x + b with `ept` elements per thread (1..8), each a grid's width apart (coalesced)."""
     _expect_add(x, b, y)
-    _expect_threads(threads)
+    expect_threads(threads)
     if not isinstance(ept, (int, np.integer)) or not 1 <= ept <= EPT_MAX:
         raise KernelInputError(f"ept must be an integer from 1 to {EPT_MAX}, got {ept!r}")
     n = x.size
@@ -194,6 +181,22 @@ def torch_bf16(a):
 
 # ------------------------------------------------------------------------------------------ lab tools
 
+def checked_sweep(configs, launch, y, ref, what, desc: str, progress: bool = True) -> list:
+    """For each configuration: poison `y`, run `launch(*config)` once and compare `y` bit for bit with
+    `ref` (CheckFailed naming `what(*config)` on a mismatch), then time it with the L2 flushed before
+    every run. Returns [(config, Timing)]. The sweeps of chapters 02 and 03 share it."""
+    import cupy as cp
+    from tqdm.auto import tqdm
+    timed = []
+    for config in tqdm(list(configs), desc=desc, disable=not progress):
+        y.fill(np.uint16(0x7FA1))
+        launch(*config)
+        if y.size and bool((y != ref).any()):
+            raise CheckFailed(f"{what(*config)}: {int(cp.count_nonzero(y != ref))} elements wrong")
+        timed.append((config, bench(lambda: launch(*config))))
+    return timed
+
+
 def launch_sweep(n: int = 1 << 28, threads=SWEEP_THREADS, epts=SWEEP_EPT, progress: bool = True) -> list[dict]:
     """Time `add_elements_per_thread` over block sizes x elements per thread on n elements.
 
@@ -202,24 +205,16 @@ def launch_sweep(n: int = 1 << 28, threads=SWEEP_THREADS, epts=SWEEP_EPT, progre
     spread_ms, gbps (6n bytes over the median).
     """
     import cupy as cp
-    from tqdm.auto import tqdm
     if n < 1:
         raise ValueError(f"n must be positive, got {n}")
     x, b = random_bf16(n), random_bf16(n)
     y = cp.empty(n, dtype=cp.uint16)
-    ref = gpu_add_reference(x, b)
-    rows = []
-    configs = [(t, e) for t in threads for e in epts]
-    for t, e in tqdm(configs, desc="block size x elements per thread", disable=not progress):
-        y.fill(np.uint16(0x7FA1))
-        add_elements_per_thread(x, b, y, t, e)
-        if n and bool((y != ref).any()):
-            raise CheckFailed(f"add_bf16_ept threads={t} ept={e} n={n}: "
-                              f"{int(cp.count_nonzero(y != ref))} elements wrong")
-        tm = bench(lambda: add_elements_per_thread(x, b, y, t, e))
-        rows.append({"threads": t, "ept": e, "blocks": -(-n // (t * e)), "median_ms": tm.median_ms,
-                     "spread_ms": tm.spread_ms, "gbps": 6 * n / (tm.median_ms * 1e-3) / 1e9})
-    return rows
+    timed = checked_sweep([(t, e) for t in threads for e in epts],
+                          lambda t, e: add_elements_per_thread(x, b, y, t, e), y, gpu_add_reference(x, b),
+                          lambda t, e: f"add_bf16_ept threads={t} ept={e} n={n}",
+                          "block size x elements per thread", progress)
+    return [{"threads": t, "ept": e, "blocks": -(-n // (t * e)), "median_ms": tm.median_ms,
+             "spread_ms": tm.spread_ms, "gbps": 6 * n / (tm.median_ms * 1e-3) / 1e9} for (t, e), tm in timed]
 
 
 def l2_trap(sizes_bytes=L2_TRAP_SIZES, threads: int = 256, progress: bool = True) -> list[dict]:

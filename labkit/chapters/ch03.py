@@ -15,17 +15,17 @@ Lab tool: `sweep_vec` (vector width x blocks per SM of the grid-stride add).
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from .. import bf16
 from ..bench import CheckFailed
-from ..checks import GuardedOutput, expect
+from ..checks import GuardedOutput, expect, expect_threads
+from ..compile import kernel
+from ..device import sm_count
 from ..errors import KernelInputError
 from ..timing import bench
-from .ch02 import (SENTINEL, SENTINEL_VALUE, add_naive, gpu_add_reference, kernel, random_bf16, torch_bf16,
-                   verify_add, verify_add_huge)
+from .ch02 import (SENTINEL, SENTINEL_VALUE, _expect_add, add_naive, checked_sweep, gpu_add_reference, random_bf16,
+                   torch_bf16, verify_add, verify_add_huge)
 
 ADD_STRIDED = "03-elementwise/01_add_strided.cu"
 ADD_VEC128 = "03-elementwise/02_add_vec128.cu"
@@ -43,12 +43,6 @@ GELU_FLOPS_PER_ELEMENT = 9   # 1 for the bias add + ~8 for tanh-GELU (u^2, fma, 
 GELU_RTOL, GELU_ATOL = 8e-3, 1e-9
 
 
-@functools.lru_cache(maxsize=None)
-def sm_count() -> int:
-    import cupy as cp
-    return cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"]
-
-
 def _grid(work: int, threads: int, blocks_per_sm: int, blocks: int | None) -> int:
     """Blocks for a grid-stride kernel: SMs x blocks_per_sm, no more than the work needs, at least one."""
     if blocks is not None:
@@ -60,17 +54,6 @@ def _grid(work: int, threads: int, blocks_per_sm: int, blocks: int | None) -> in
     return int(max(1, min(sm_count() * blocks_per_sm, -(-work // threads))))
 
 
-def _expect_threads(threads: int, most: int):
-    if not isinstance(threads, (int, np.integer)) or not 1 <= threads <= most:
-        raise KernelInputError(f"threads must be an integer from 1 to {most}, got {threads!r}")
-
-
-def _expect_add(x, b, y):
-    expect("x", x, dtype=np.uint16, align=2)
-    expect("b", b, dtype=np.uint16, shape=x.shape, align=2)
-    expect("y", y, dtype=np.uint16, shape=x.shape, align=2)
-
-
 def _aligned(nbytes: int, *arrays) -> bool:
     return all(a.data.ptr % nbytes == 0 for a in arrays)
 
@@ -80,7 +63,7 @@ def _aligned(nbytes: int, *arrays) -> bool:
 def add_strided(x, b, y, stride: int = 32, threads: int = 256):
     """y = x + b with neighbouring lanes `stride` elements apart (every element still done exactly once)."""
     _expect_add(x, b, y)
-    _expect_threads(threads, 1024)
+    expect_threads(threads, 1024)
     if not isinstance(stride, (int, np.integer)) or stride < 1:
         raise KernelInputError(f"stride must be a positive integer, got {stride!r}")
     n = x.size
@@ -98,7 +81,7 @@ def add_vec128(x, b, y, threads: int = 256) -> str:
     chapter 02's scalar kernel runs instead. Returns the path taken: "vec128" or "scalar".
     """
     _expect_add(x, b, y)
-    _expect_threads(threads, 1024)
+    expect_threads(threads, 1024)
     if not _aligned(16, x, b, y):
         add_naive(x, b, y, threads)
         return "scalar"
@@ -119,7 +102,7 @@ def add_vec128_gridstride(x, b, y, vec_width: int = 8, blocks_per_sm: int = 8, t
     "vec32" or "scalar".
     """
     _expect_add(x, b, y)
-    _expect_threads(threads, MAX_THREADS)
+    expect_threads(threads, MAX_THREADS)
     if vec_width not in GRIDSTRIDE_KERNELS:
         raise KernelInputError(f"vec_width must be one of {sorted(GRIDSTRIDE_KERNELS)} (bf16 per access), "
                                f"got {vec_width!r}")
@@ -155,7 +138,7 @@ def _bias_path(N: int, *arrays) -> str:
 def bias_add(x, b, t, blocks_per_sm: int = 8, threads: int = 256, blocks: int | None = None) -> str:
     """t = bf16(x + b[col]) for x, t [M, N] and b [N] (the unfused version's first kernel)."""
     M, N = _expect_bias(x, b, t)
-    _expect_threads(threads, MAX_THREADS)
+    expect_threads(threads, MAX_THREADS)
     path = _bias_path(N, x, b, t)
     if M * N:
         work = M * N // 8 if path == "vec128" else M * N
@@ -168,7 +151,7 @@ def gelu(t, y, blocks_per_sm: int = 8, threads: int = 256, blocks: int | None = 
     """y = bf16(gelu_tanh(t)) elementwise, any shape (the unfused version's second kernel)."""
     expect("t", t, dtype=np.uint16, align=2)
     expect("y", y, dtype=np.uint16, shape=t.shape, align=2)
-    _expect_threads(threads, MAX_THREADS)
+    expect_threads(threads, MAX_THREADS)
     path = "vec128" if _aligned(16, t, y) else "scalar"
     n = t.size
     if n:
@@ -195,7 +178,7 @@ def bias_gelu_fused(x, b, y, blocks_per_sm: int = 8, threads: int = 256, blocks:
     """y = gelu_tanh(x + b[col]) in one pass, fp32 inside; 16-byte vectors when N % 8 == 0 and x, b, y are
     16-byte aligned, single elements otherwise. Returns the path: "vec128" or "scalar"."""
     M, N = _expect_bias(x, b, y)
-    _expect_threads(threads, MAX_THREADS)
+    expect_threads(threads, MAX_THREADS)
     path = _bias_path(N, x, b, y)
     if M * N:
         work = M * N // 8 if path == "vec128" else M * N
@@ -238,26 +221,19 @@ def sweep_vec(n: int = 1 << 28, widths=(2, 4, 8), blocks_per_sm=(1, 2, 4, 8, 16,
     blocks_per_sm, blocks, threads, median_ms, spread_ms, gbps (6n bytes over the median).
     """
     import cupy as cp
-    from tqdm.auto import tqdm
     if n < 1:
         raise ValueError(f"n must be positive, got {n}")
     x, b = random_bf16(n), random_bf16(n)
     y = cp.empty(n, dtype=cp.uint16)
-    ref = gpu_add_reference(x, b)
-    rows = []
-    configs = [(w, k) for w in widths for k in blocks_per_sm]
-    for w, k in tqdm(configs, desc="vector width x blocks per SM", disable=not progress):
-        y.fill(np.uint16(0x7FA1))
-        add_vec128_gridstride(x, b, y, vec_width=w, blocks_per_sm=k, threads=threads)
-        if bool((y != ref).any()):
-            raise CheckFailed(f"add_bf16 grid-stride vec_width={w} blocks_per_sm={k} n={n}: "
-                              f"{int(cp.count_nonzero(y != ref))} elements wrong")
-        tm = bench(lambda: add_vec128_gridstride(x, b, y, vec_width=w, blocks_per_sm=k, threads=threads))
-        rows.append({"vec_width": w, "bytes_per_access": 2 * w, "blocks_per_sm": k,
-                     "blocks": _grid(max(1, n // w), threads, k, None), "threads": threads,
-                     "median_ms": tm.median_ms, "spread_ms": tm.spread_ms,
-                     "gbps": 6 * n / (tm.median_ms * 1e-3) / 1e9})
-    return rows
+    timed = checked_sweep([(w, k) for w in widths for k in blocks_per_sm],
+                          lambda w, k: add_vec128_gridstride(x, b, y, vec_width=w, blocks_per_sm=k, threads=threads),
+                          y, gpu_add_reference(x, b),
+                          lambda w, k: f"add_bf16 grid-stride vec_width={w} blocks_per_sm={k} n={n}",
+                          "vector width x blocks per SM", progress)
+    return [{"vec_width": w, "bytes_per_access": 2 * w, "blocks_per_sm": k,
+             "blocks": _grid(max(1, n // w), threads, k, None), "threads": threads,
+             "median_ms": tm.median_ms, "spread_ms": tm.spread_ms,
+             "gbps": 6 * n / (tm.median_ms * 1e-3) / 1e9} for (w, k), tm in timed]
 
 
 # ------------------------------------------------------------------------------------------ checks

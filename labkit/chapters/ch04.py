@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import math
 import sys
 
 import numpy as np
 
 from ..checks import GuardedOutput, expect
-from ..compile import load_kernel
+from ..compile import kernel
 from ..errors import KernelInputError
 from ..paths import KERNELS
 from ..timing import bench
@@ -63,12 +62,6 @@ TRITON_MAX_N = 32768           # the plain Triton kernels hold a row in register
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-
-@functools.lru_cache(maxsize=None)
-def _kernel(path: str, name: str, options: tuple = ()):
-    """A compiled kernel, cached: the wrappers are called in timing loops."""
-    return load_kernel(path, name, options)
-
 
 def _vpt_options(macro: str, vpt: int, default: int) -> tuple:
     return () if vpt == default else (f"-D{macro}={int(vpt)}",)
@@ -134,7 +127,7 @@ def rmsnorm(x, w, y, version: str = "regs", eps: float = RMS_EPS, *, vecs_per_th
     if M == 0 or N == 0:
         return y
     if version == "block_smem":
-        k = _kernel(RMSNORM_BLOCK_SMEM, "rmsnorm_block_smem")
+        k = kernel(RMSNORM_BLOCK_SMEM, "rmsnorm_block_smem")
         k((M,), (256,), (x, w, y, _i32(M), _i32(N), np.float32(eps)))
         return y
     vpt = vecs_per_thread or RMS_VPT
@@ -142,10 +135,10 @@ def rmsnorm(x, w, y, version: str = "regs", eps: float = RMS_EPS, *, vecs_per_th
     if plan is not None:
         tpr_log2, block = plan
         rows_per_block = block >> tpr_log2
-        k = _kernel(RMSNORM_REGS, "rmsnorm_regs", _vpt_options("VECS_PER_THREAD", vpt, RMS_VPT))
+        k = kernel(RMSNORM_REGS, "rmsnorm_regs", _vpt_options("VECS_PER_THREAD", vpt, RMS_VPT))
         k((-(-M // rows_per_block),), (block,), (x, w, y, _i32(M), _i32(N), np.float32(eps), _i32(tpr_log2)))
     else:
-        k = _kernel(RMSNORM_REGS, "rmsnorm_regs_chunked")
+        k = kernel(RMSNORM_REGS, "rmsnorm_regs_chunked")
         k((M,), (_row_threads(N, CHUNKED_MAX_BLOCK),), (x, w, y, _i32(M), _i32(N), np.float32(eps)))
     return y
 
@@ -162,17 +155,17 @@ def layernorm(x, w, b, y, version: str = "welford", eps: float = LN_EPS, *, vecs
         return y
     args_tail = (_i32(M), _i32(N), np.float32(eps))
     if version == "twopass":
-        k = _kernel(LAYERNORM_TWOPASS, "layernorm_twopass")
+        k = kernel(LAYERNORM_TWOPASS, "layernorm_twopass")
         k((M,), (_row_threads(N, CHUNKED_MAX_BLOCK),), (x, w, b, y) + args_tail)
         return y
     vpt = vecs_per_thread or WELFORD_VPT
     plan = _regs_plan(N, vpt, WELFORD_MAX_BLOCK)
     if plan is not None:
         tpr_log2, block = plan
-        k = _kernel(LAYERNORM_WELFORD, "layernorm_welford", _vpt_options("VECS_PER_THREAD", vpt, WELFORD_VPT))
+        k = kernel(LAYERNORM_WELFORD, "layernorm_welford", _vpt_options("VECS_PER_THREAD", vpt, WELFORD_VPT))
         k((-(-M // (block >> tpr_log2)),), (block,), (x, w, b, y) + args_tail + (_i32(tpr_log2),))
     else:
-        k = _kernel(LAYERNORM_WELFORD, "layernorm_welford_chunked")
+        k = kernel(LAYERNORM_WELFORD, "layernorm_welford_chunked")
         k((M,), (_row_threads(N, CHUNKED_MAX_BLOCK),), (x, w, b, y) + args_tail)
     return y
 
@@ -191,7 +184,7 @@ def softmax(x, y, version: str = "regs", *, vecs_per_thread: int | None = None,
     if M == 0 or N == 0:
         return y
     if version == "three_pass":
-        k = _kernel(SOFTMAX_THREE_PASS, "softmax_three_pass")
+        k = kernel(SOFTMAX_THREE_PASS, "softmax_three_pass")
         k((M,), (_row_threads(N, ROW_MAX_BLOCK),), (x, y, _i32(M), _i32(N)))
         return y
     if version == "regs":
@@ -200,17 +193,17 @@ def softmax(x, y, version: str = "regs", *, vecs_per_thread: int | None = None,
         short = None if use_long else _regs_plan(N, vpt, SOFTMAX_MAX_BLOCK)
         if short is not None:
             tpr_log2, block = short
-            k = _kernel(SOFTMAX_REGS, "softmax_regs", _vpt_options("VECS_PER_THREAD", vpt, SOFTMAX_VPT))
+            k = kernel(SOFTMAX_REGS, "softmax_regs", _vpt_options("VECS_PER_THREAD", vpt, SOFTMAX_VPT))
             k((-(-M // (block >> tpr_log2)),), (block,), (x, y, _i32(M), _i32(N), _i32(tpr_log2)))
             return y
         long = None if use_long is False else _regs_plan(N, lvpt, SOFTMAX_LONG_MAX_BLOCK)
         if long is not None:
             tpr_log2, block = long
-            k = _kernel(SOFTMAX_REGS, "softmax_regs_long",
+            k = kernel(SOFTMAX_REGS, "softmax_regs_long",
                         _vpt_options("LONG_VECS_PER_THREAD", lvpt, SOFTMAX_LONG_VPT))
             k((-(-M // (block >> tpr_log2)),), (block,), (x, y, _i32(M), _i32(N), _i32(tpr_log2)))
             return y
-    k = _kernel(SOFTMAX_ONLINE, "softmax_online")
+    k = kernel(SOFTMAX_ONLINE, "softmax_online")
     k((M,), (_row_threads(N, ROW_MAX_BLOCK),), (x, y, _i32(M), _i32(N)))
     return y
 
@@ -230,7 +223,7 @@ def transpose(x, y, version: str = "padded"):
         raise KernelInputError(f"x has {M} rows: at most {65535 * 32} (the grid's y dimension)")
     if M == 0 or N == 0:
         return y
-    k = _kernel(BANK_CONFLICTS, f"transpose_{version}")
+    k = kernel(BANK_CONFLICTS, f"transpose_{version}")
     k(grid, (32, 8), (x, y, _i32(M), _i32(N)))
     return y
 
