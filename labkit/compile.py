@@ -186,16 +186,21 @@ def parse_ptxas(log: str, arch: str) -> PtxasReport:
 def compile_check(path_or_source, arch: str = "sm_90", options=()) -> PtxasReport:
     """Compile for `arch` with NVRTC (no GPU needed) and return ptxas' resource report."""
     source, name = read_source(path_or_source)
-    opts = [f"-arch={arch}", "-Xptxas=-v", *STD_OPTIONS, *(f"-I{d}" for d in include_dirs()), *options]
+    opts = [f"-arch={arch}", "-Xptxas=-v", *STD_OPTIONS, *nvrtc_no_cache(), *(f"-I{d}" for d in include_dirs()),
+            *options]
     ok, log = _nvrtc_compile(source, name, opts)
     if not ok:
         raise KernelCompileError(format_compile_error(log, source, name))
-    report = parse_ptxas(log, arch)
-    if not report.functions and "__global__" in source:
-        # Seen on an H200 inside a notebook kernel after CUDA work: NVRTC compiled, but its log held no
-        # ptxas report. A fresh process gives the report, so ask one rather than print an empty table.
-        report = parse_ptxas(_nvrtc_log_in_fresh_process(source, name, opts), arch)
-    return report
+    return parse_ptxas(log, arch)
+
+
+@functools.lru_cache(maxsize=1)
+def nvrtc_no_cache() -> tuple[str, ...]:
+    """NVRTC 12.9 and later keep compiled programs in a cache on disk once a driver is loaded, and a program
+    served from it was never seen by ptxas, so its log holds no report (on the H200 the second compile of a
+    file came back with an empty log). compile_check asks for a real compile."""
+    from cupy.cuda import nvrtc
+    return ("--no-cache",) if tuple(nvrtc.getVersion()) >= (12, 9) else ()
 
 
 def _nvrtc_compile(source: str, name: str, opts: list[str]) -> tuple[bool, str]:
@@ -210,21 +215,6 @@ def _nvrtc_compile(source: str, name: str, opts: list[str]) -> tuple[bool, str]:
     log = nvrtc.getProgramLog(prog).rstrip("\x00")
     nvrtc.destroyProgram(prog)
     return ok, log
-
-
-def _nvrtc_log_in_fresh_process(source: str, name: str, opts: list[str]) -> str:
-    import json
-    import subprocess
-    import sys
-    code = ("import json, sys; from labkit.compile import _nvrtc_compile; a = json.load(sys.stdin); "
-            "print(json.dumps(_nvrtc_compile(a['source'], a['name'], a['opts'])[1]))")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(KERNELS.parent), env.get("PYTHONPATH", "")])
-    r = subprocess.run([sys.executable, "-c", code], input=json.dumps({"source": source, "name": name, "opts": opts}),
-                       capture_output=True, text=True, env=env, timeout=120)
-    if r.returncode != 0:
-        raise RuntimeError(f"compile_check: the fresh-process compile of {name} failed:\n{r.stderr[-2000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def target_archs(source: str) -> tuple[str, ...]:

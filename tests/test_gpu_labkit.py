@@ -76,8 +76,8 @@ def test_wrapper_input_errors_are_clear():
 
 
 def test_compile_check_reports_after_cuda_work():
-    # In lab 01 under nbval on the H200, NVRTC returned no ptxas report after the lab's CUDA work; the
-    # report must still come back (compile_check then asks a fresh process).
+    # In lab 01 under nbval on the H200, NVRTC returned no ptxas report once the driver was loaded and the
+    # file had been compiled before (NVRTC's cache): the report must come back on every compile.
     import cupy as cp
     from labkit.chapters import ch01
     from labkit.compile import compile_check
@@ -85,6 +85,7 @@ def test_compile_check_reports_after_cuda_work():
     y = cp.empty_like(x)
     ch01.copy_vec128_flat(x, y)
     cp.cuda.get_current_stream().synchronize()
-    report = compile_check("01-roofline/03_copy_vec128_flat.cu", "sm_90")
-    assert report.functions["copy_vec128_flat"].registers > 0
+    for _ in range(3):
+        report = compile_check("01-roofline/03_copy_vec128_flat.cu", "sm_90")
+        assert report.functions["copy_vec128_flat"].registers > 0
     assert bool((y == x).all())
