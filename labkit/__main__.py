@@ -57,6 +57,10 @@ def _bench(args):
         path = args.json or results_path(gpu["slug"])
         save_results(path, gpu, ceil, records, replace_chapters=set(r.chapter for r in records))
         print(f"wrote {path}")
+        from .headers import refresh
+        from .paths import ROOT
+        for f in refresh():
+            print(f"updated the result lines of {f.relative_to(ROOT)}")
     return 0
 
 

@@ -46,13 +46,14 @@ def run_tests() -> tuple[bool, str]:
 
 
 def run_bench(chapters=None) -> tuple[bool, str]:
-    from . import bench
+    from . import bench, headers
     from .records import results_path, save_results
     gpu, ceilings, records = bench.run(chapters)
     path = results_path(gpu["slug"])
     save_results(path, gpu, ceilings, records, replace_chapters=set(r.chapter for r in records))
     print(bench.summary(records))
-    return True, f"{len(records)} records -> {path.relative_to(ROOT)}"
+    changed = headers.refresh()
+    return True, f"{len(records)} records -> {path.relative_to(ROOT)}; result lines of {len(changed)} kernel files"
 
 
 def run_profile(chapters=None) -> tuple[bool, str]:

@@ -201,3 +201,36 @@ def test_show_highlights_cuda_and_python():
     from labkit.lab import show
     assert "```cuda" in show("01-roofline/01_copy_scalar.cu").data
     assert "```python" in show("04-reductions/09_triton_softmax_rmsnorm.py").data
+
+
+def test_kernel_result_lines_match_the_results_file():
+    """The `// Result` lines of every kernel file are what the results file says (labkit.headers)."""
+    from labkit import headers
+    files = sorted(KERNELS.rglob("*.cu"))
+    with_results = [f for f in files if any(headers.HEADER.match(ln) for ln in f.read_text().splitlines())]
+    assert len(with_results) >= 15
+    stale = [str(f.relative_to(KERNELS)) for f in with_results if headers.refreshed(f) != f.read_text()]
+    assert not stale, f"result lines differ from labs/results: {stale} (python -m labkit bench --json rewrites them)"
+
+
+def test_result_lines_are_rewritten_from_the_records(tmp_path, monkeypatch):
+    from labkit import headers
+    data = json.loads((RESULTS / "nvidia-h200.json").read_text())
+    rec = next(r for r in data["records"] if r["chapter"] == "01" and r["kernel"] == "copy_vec128_flat")
+    rec["median_ms"] *= 2
+    rec["fraction_of_ceiling"] /= 2
+    (tmp_path / "r.json").write_text(json.dumps(data))
+    monkeypatch.setattr(headers, "ROOT", tmp_path)
+    kernel = tmp_path / "01-roofline" / "03_copy_vec128_flat.cu"
+    kernel.parent.mkdir()
+    kernel.write_text("// idea\n"
+                      '// Result (Some GPU, 2020-01-01, r.json, op "copy"):\n'
+                      "//   copy_vec128_flat at 134217728: 9 ms\n"
+                      "extern \"C\" __global__ void k() {}\n")
+    text = headers.refreshed(kernel)
+    line = text.splitlines()[2]
+    assert line == headers.entry_line(rec) and f"{rec['median_ms']:.4f} ms" in line, line
+    assert text.splitlines()[1] == f'// Result ({data["gpu"]["name"]}, {rec["recorded_at"][:10]}, r.json, op "copy"):'
+    kernel.write_text(kernel.read_text().replace("at 134217728", "at 1000"))
+    with pytest.raises(Exception, match="line 3 shows copy_vec128_flat at 1000"):
+        headers.refreshed(kernel)

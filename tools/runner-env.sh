@@ -1,5 +1,5 @@
 # Source this on a GPU runner that has no package index (see README, "Recording on a GPU runner"):
-#   source tools/runner-env.sh        # installs the wheelhouse in .whl/ (made by fetch-wheels.sh) into /tmp/site
+#   source tools/runner-env.sh        # installs the wheelhouse in .whl/ (made by tools/runner-wheels.sh) into /tmp/site
 # It keeps the runner's own CuPy, PyTorch, Triton, numpy and pytest, adds Jupyter's kernel stack and nbval,
 # puts the course on PYTHONPATH and registers the python3 kernel that nbclient and nbval start.
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
