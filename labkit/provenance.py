@@ -45,13 +45,16 @@ def module_hash(rel: str) -> str:
 
 
 def chapter_sources(chapter: str) -> dict[str, str]:
-    """Hashes of what a chapter's benchmark records depend on: its kernel files and its chapter module."""
+    """Hashes of what a chapter's benchmark records depend on: its kernel files, its chapter module, and
+    the chapter modules that module imports with the kernels they name (chapter 03 times chapter 02's kernel)."""
     from .paths import chapter_dir
     out = {str(f.relative_to(KERNELS)): kernel_hash(str(f.relative_to(KERNELS)))
            for f in sorted(chapter_dir(KERNELS, chapter).iterdir()) if f.suffix in (".cu", ".py")}
-    module = ROOT / "labkit" / "chapters" / f"ch{chapter}.py"
-    if module.exists():
-        out[f"labkit/chapters/ch{chapter}.py"] = module_hash(f"labkit/chapters/ch{chapter}.py")
+    modules = _chapter_closure({f"ch{chapter}"})
+    for m in modules:
+        out[m] = module_hash(m)
+        for k in KERNEL_REF.findall((ROOT / m).read_text()):
+            out.setdefault(k, kernel_hash(k))
     return out
 
 
@@ -89,10 +92,9 @@ def _imported_chapters(text: str) -> set[str]:
     return names
 
 
-def modules_used(nb) -> list[str]:
-    """Chapter modules a notebook imports, and those they import in turn ("labkit/chapters/ch02.py"), sorted."""
-    todo = set().union(*(_imported_chapters(src) for src in code_cells(nb)))
-    seen = set()
+def _chapter_closure(names: set[str]) -> list[str]:
+    """The chapter modules named (e.g. {"ch03"}) and those they import in turn, as paths, sorted."""
+    todo, seen = set(names), set()
     while todo:
         name = todo.pop()
         if name in seen or not (CHAPTERS / f"{name}.py").exists():
@@ -100,6 +102,11 @@ def modules_used(nb) -> list[str]:
         seen.add(name)
         todo |= _imported_chapters((CHAPTERS / f"{name}.py").read_text())
     return sorted(f"labkit/chapters/{name}.py" for name in seen)
+
+
+def modules_used(nb) -> list[str]:
+    """Chapter modules a notebook imports, and those they import in turn ("labkit/chapters/ch02.py"), sorted."""
+    return _chapter_closure(set().union(*(_imported_chapters(src) for src in code_cells(nb))))
 
 
 def kernels_used(nb) -> list[str]:
