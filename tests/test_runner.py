@@ -86,3 +86,6 @@ def test_nbval_keeps_each_notebook_in_one_worker(monkeypatch):
     cmd = nbval_command(["a.ipynb", "b.ipynb", "c.ipynb"], workers=4)
     i = cmd.index("-n")
     assert cmd[i + 1] == "3" and cmd[cmd.index("--dist") + 1] == "loadfile"
+    # by default one notebook at a time: grade cells print speed verdicts that a shared GPU can flip
+    default = nbval_command(["a.ipynb", "b.ipynb", "c.ipynb"])
+    assert "-n" not in default and default[-3:] == ["a.ipynb", "b.ipynb", "c.ipynb"]

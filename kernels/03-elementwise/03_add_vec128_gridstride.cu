@@ -20,7 +20,7 @@
 // `vec128`: 97-100% of copy, about 1x torch. Narrower vectors need 2x / 4x the load instructions per byte:
 // W = 4 should still reach the ceiling, W = 2 may fall short of it at low blocks per SM.
 // Result (NVIDIA H200, 2026-11-30, labs/results/nvidia-h200.json, op "add_bf16"):
-//   vec128_gridstride at 268435456: 0.3878 ms, 4153 GB/s, 100.8% of copy, 0.95x torch.add
+//   vec128_gridstride at 268435456: 0.3884 ms, 4146 GB/s, 100.6% of copy, 0.95x torch.add
 // (The lab sweeps the vector width and blocks per SM.)
 #include <cuda_bf16.h>
 

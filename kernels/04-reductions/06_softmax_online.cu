@@ -22,8 +22,8 @@
 // ~15%), not the 1.5x that counting passes naively suggests. At 16384 x 32768 (64 KB rows) the second
 // read also comes from L2 (2 blocks of 64 KB per SM in flight = 17 MB): expect ~75-85%.
 // Result (NVIDIA H200, 2026-11-30, labs/results/nvidia-h200.json, op "softmax"):
-//   online at 16384x32768: 0.5596 ms, 3838 GB/s, 92.5% of copy, 1.66x torch.softmax
-//   online at 65536x4096: 0.3323 ms, 3232 GB/s, 77.9% of copy, 2.51x torch.softmax
+//   online at 16384x32768: 0.5584 ms, 3846 GB/s, 93.3% of copy, 1.66x torch.softmax
+//   online at 65536x4096: 0.3092 ms, 3473 GB/s, 84.3% of copy, 2.69x torch.softmax
 #include <cuda_bf16.h>
 
 #define FULL_MASK 0xffffffffu

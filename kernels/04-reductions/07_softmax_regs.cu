@@ -29,8 +29,8 @@
 // only 2 rows x 64 KB in flight per SM, each row's loads idle while it reduces, and twice the exps:
 // expect >= 85% of copy.
 // Result (NVIDIA H200, 2026-11-30, labs/results/nvidia-h200.json, op "softmax"):
-//   regs at 16384x32768: 0.5187 ms, 4140 GB/s, 99.8% of copy, 1.79x torch.softmax
-//   regs at 65536x4096: 0.2624 ms, 4091 GB/s, 98.6% of copy, 3.18x torch.softmax
+//   regs at 16384x32768: 0.5205 ms, 4126 GB/s, 100.1% of copy, 1.79x torch.softmax
+//   regs at 65536x4096: 0.2625 ms, 4090 GB/s, 99.3% of copy, 3.17x torch.softmax
 #include <cuda_bf16.h>
 
 #ifndef VECS_PER_THREAD

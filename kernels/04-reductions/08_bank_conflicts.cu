@@ -19,8 +19,8 @@
 // tile (16x fewer) and should run near the copy bandwidth (~85-95%: 4-byte accesses, 128 bytes per
 // warp instruction), like cupy's own transpose copy.
 // Result (NVIDIA H200, 2026-11-30, labs/results/nvidia-h200.json, op "smem_transpose"):
-//   conflicted at 8192x8192: 0.3086 ms, 1739 GB/s, 41.9% of copy, 1.49x cupy.ascontiguousarray(x.T)
-//   padded at 8192x8192: 0.1530 ms, 3510 GB/s, 84.6% of copy, 3.00x cupy.ascontiguousarray(x.T)
+//   conflicted at 8192x8192: 0.3105 ms, 1729 GB/s, 42.0% of copy, 1.47x cupy.ascontiguousarray(x.T)
+//   padded at 8192x8192: 0.1551 ms, 3462 GB/s, 84.0% of copy, 2.95x cupy.ascontiguousarray(x.T)
 
 #define TILE 32
 #define ROWS 8      // blockDim = (32, 8): each thread moves TILE / ROWS = 4 elements each way
