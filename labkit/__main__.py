@@ -49,19 +49,10 @@ def _ceilings(args):
 
 
 def _bench(args):
-    from . import bench
-    from .records import results_path, save_results
-    gpu, ceil, records = bench.run(args.chapter or None, quick=args.quick)
-    print(bench.summary(records))
-    if args.json is not None:
-        path = args.json or results_path(gpu["slug"])
-        save_results(path, gpu, ceil, records, replace_chapters=set(r.chapter for r in records))
-        print(f"wrote {path}")
-        from .headers import refresh
-        from .paths import ROOT
-        for f in refresh():
-            print(f"updated the result lines of {f.relative_to(ROOT)}")
-    return 0
+    from .runner import run_bench
+    ok, msg = run_bench(args.chapter or None, quick=args.quick, path=args.json or None, save=args.json is not None)
+    print(msg)
+    return 0 if ok else 1
 
 
 def _gpu_check(args):

@@ -11,27 +11,22 @@ chapter. `python -m labkit bench --json` and `gpu-check` call it; a CPU test che
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from .errors import LabkitError
 from .paths import KERNELS, ROOT
+from .records import Record, load_results
 
 HEADER = re.compile(r'^// Result \((?P<gpu>[^,]+), (?P<date>[\d-]+), (?P<file>\S+\.json), op "(?P<op>\w+)"\):$')
 ENTRY = re.compile(r"^//   (?P<kernel>\w+) at (?P<shape>\d+(?:x\d+)*): ")
 
 
-def shape_text(shape) -> str:
-    return "x".join(str(int(s)) for s in shape)
-
-
-def entry_line(r: dict) -> str:
-    ms = r["median_ms"]
-    rate = f"{r['bytes'] / ms / 1e6:.0f} GB/s" if r["bytes"] else f"{r['flops'] / ms / 1e9:.1f} TFLOP/s"
-    vs = f", {r['baseline_median_ms'] / ms:.2f}x {r['baseline']}" if r.get("baseline_median_ms") else ""
-    return (f"//   {r['kernel']} at {shape_text(r['shape'])}: {ms:.4f} ms, {rate}, "
-            f"{100 * r['fraction_of_ceiling']:.1f}% of {r['ceiling_name']}{vs}")
+def entry_line(r: Record) -> str:
+    rate = f"{r.gbps:.0f} GB/s" if r.bytes else f"{r.tflops:.1f} TFLOP/s"
+    vs = f", {r.speedup:.2f}x {r.baseline}" if r.speedup else ""
+    return (f"//   {r.kernel} at {r.shape_key}: {r.median_ms:.4f} ms, {rate}, "
+            f"{100 * r.fraction_of_ceiling:.1f}% of {r.ceiling_name}{vs}")
 
 
 def refreshed(path: Path, loaded: dict | None = None) -> str:
@@ -39,26 +34,28 @@ def refreshed(path: Path, loaded: dict | None = None) -> str:
     path = Path(path)
     chapter = path.parent.name[:2]
     loaded = {} if loaded is None else loaded
-    lines, op, data = path.read_text().split("\n"), None, None
-    for i, line in enumerate(lines):
+    lines = path.read_text().split("\n")
+    header = None                                   # (line index, its match, the records' dates) of the open group
+    for i, line in enumerate(lines + [""]):         # the empty sentinel closes a group at the end of the file
+        if header and not ENTRY.match(line):
+            at, m, dates = header
+            lines[at] = (f'// Result ({loaded[m["file"]]["gpu"]["name"]}, {max(dates, default=m["date"])}, '
+                         f'{m["file"]}, op "{m["op"]}"):')
+            header = None
         if m := HEADER.match(line):
-            op = m["op"]
             if m["file"] not in loaded:
-                loaded[m["file"]] = json.loads((ROOT / m["file"]).read_text())
-            data, header_at, dates = loaded[m["file"]], i, []
-            lines[i] = f'// Result ({data["gpu"]["name"]}, {m["date"]}, {m["file"]}, op "{op}"):'
-        elif op and (m := ENTRY.match(line)):
-            found = [r for r in data["records"] if r["chapter"] == chapter and r["op"] == op
-                     and r["kernel"] == m["kernel"] and shape_text(r["shape"]) == m["shape"]]
+                loaded[m["file"]] = load_results(ROOT / m["file"])
+            header = (i, m, [])
+        elif header and (e := ENTRY.match(line)):
+            op = header[1]["op"]
+            found = [r for r in loaded[header[1]["file"]]["records"] if r.chapter == chapter and r.op == op
+                     and r.kernel == e["kernel"] and r.shape_key == e["shape"]]
             if len(found) != 1:
-                raise LabkitError(f"{path.relative_to(ROOT)}: line {i + 1} shows {m['kernel']} at {m['shape']}, "
+                raise LabkitError(f"{path.relative_to(ROOT)}: line {i + 1} shows {e['kernel']} at {e['shape']}, "
                                   f"but the results file has {len(found)} chapter {chapter} records of it "
                                   f"(op \"{op}\")")
             lines[i] = entry_line(found[0])
-            dates.append(found[0]["recorded_at"][:10])
-            lines[header_at] = lines[header_at].replace(HEADER.match(lines[header_at])["date"], max(dates), 1)
-        else:
-            op = None
+            header[2].append(found[0].recorded_at[:10])
     return "\n".join(lines)
 
 

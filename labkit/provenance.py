@@ -51,10 +51,9 @@ def chapter_sources(chapter: str) -> dict[str, str]:
     out = {str(f.relative_to(KERNELS)): kernel_hash(str(f.relative_to(KERNELS)))
            for f in sorted(chapter_dir(KERNELS, chapter).iterdir()) if f.suffix in (".cu", ".py")}
     modules = _chapter_closure({f"ch{chapter}"})
-    for m in modules:
-        out[m] = module_hash(m)
-        for k in KERNEL_REF.findall((ROOT / m).read_text()):
-            out.setdefault(k, kernel_hash(k))
+    out.update({m: module_hash(m) for m in modules})
+    for k in _kernels_named(modules):
+        out.setdefault(k, kernel_hash(k))
     return out
 
 
@@ -109,13 +108,15 @@ def modules_used(nb) -> list[str]:
     return _chapter_closure(set().union(*(_imported_chapters(src) for src in code_cells(nb))))
 
 
+def _kernels_named(modules, texts=()) -> set[str]:
+    """Kernel files ("03-elementwise/02_add_vec128.cu") named in chapter modules (paths) or in other texts."""
+    return {k for t in [*texts, *((ROOT / m).read_text() for m in modules)] for k in KERNEL_REF.findall(t)}
+
+
 def kernels_used(nb) -> list[str]:
     """Kernel files a notebook names in its code or runs through the chapter modules it imports
     (e.g. "03-elementwise/02_add_vec128.cu"), sorted."""
-    found = set()
-    for src in code_cells(nb) + [(ROOT / m).read_text() for m in modules_used(nb)]:
-        found.update(KERNEL_REF.findall(src))
-    return sorted(found)
+    return sorted(_kernels_named(modules_used(nb), code_cells(nb)))
 
 
 def stamp(nb, gpu: dict, recorded_at: str, seconds: float | None = None) -> None:

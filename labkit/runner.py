@@ -45,15 +45,19 @@ def run_tests() -> tuple[bool, str]:
     return r.returncode == 0, f"pytest -m gpu exit {r.returncode}"
 
 
-def run_bench(chapters=None) -> tuple[bool, str]:
+def run_bench(chapters=None, quick: bool = False, path=None, save: bool = True) -> tuple[bool, str]:
+    """Benchmark `chapters` and print the table; with `save`, write the records into `path` (default
+    labs/results/<gpu>.json) and rewrite the kernels' result lines from it."""
     from . import bench, headers
     from .records import results_path, save_results
-    gpu, ceilings, records = bench.run(chapters)
-    path = results_path(gpu["slug"])
-    save_results(path, gpu, ceilings, records, replace_chapters=set(r.chapter for r in records))
+    gpu, ceilings, records = bench.run(chapters, quick=quick)
     print(bench.summary(records))
+    if not save:
+        return True, f"{len(records)} records (not saved)"
+    path = Path(path) if path else results_path(gpu["slug"])
+    save_results(path, gpu, ceilings, records, replace_chapters=set(r.chapter for r in records))
     changed = headers.refresh()
-    return True, f"{len(records)} records -> {path.relative_to(ROOT)}; result lines of {len(changed)} kernel files"
+    return True, f"{len(records)} records -> {_rel(path)}; result lines of {len(changed)} kernel files"
 
 
 def run_profile(chapters=None) -> tuple[bool, str]:

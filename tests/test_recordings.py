@@ -7,6 +7,7 @@ import pytest
 
 import labkit.provenance as prov
 from labkit.paths import KERNELS, LABS, RESULTS
+from labkit.records import Record
 from labkit.runner import notebooks
 
 NOTEBOOKS = notebooks()
@@ -229,7 +230,7 @@ def test_result_lines_are_rewritten_from_the_records(tmp_path, monkeypatch):
                       "extern \"C\" __global__ void k() {}\n")
     text = headers.refreshed(kernel)
     line = text.splitlines()[2]
-    assert line == headers.entry_line(rec) and f"{rec['median_ms']:.4f} ms" in line, line
+    assert line == headers.entry_line(Record.from_json(rec)) and f"{rec['median_ms']:.4f} ms" in line, line
     assert text.splitlines()[1] == f'// Result ({data["gpu"]["name"]}, {rec["recorded_at"][:10]}, r.json, op "copy"):'
     kernel.write_text(kernel.read_text().replace("at 134217728", "at 1000"))
     with pytest.raises(Exception, match="line 3 shows copy_vec128_flat at 1000"):
