@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from .runner import CELL_TIMEOUT
+from pathlib import Path
+from .runner.gpu_check import CELL_TIMEOUT
 
 
 def _info(args):
-    from .compile import include_dirs
-    from .device import gpu_info, has_gpu
+    from .measure.compile import include_dirs
+    from .measure.device import gpu_info, has_gpu
     if has_gpu():
         for k, v in gpu_info().items():
             print(f"{k:18s} {v}")
@@ -19,49 +20,53 @@ def _info(args):
 
 
 def _compile_check(args):
-    from .compile import compile_check, target_archs, read_source
     from .errors import KernelCompileError
+    from .measure.compile import compile_check, read_source, target_archs
     from .paths import KERNELS
-    files = [p for f in args.files for p in ([f] if not f.endswith("/") and f.endswith(".cu") else [])] or \
-        sorted(str(p) for p in KERNELS.rglob("*.cu"))
+    files = [f for f in args.files if f.endswith((".cu", ".cuh"))] or \
+        sorted(str(p) for p in [*KERNELS.rglob("*.cu"), *KERNELS.rglob("*.cuh")])
     bad = 0
     for f in files:
         src, _ = read_source(f)
-        for arch in ([args.arch] if args.arch else target_archs(src)):
+        if f.endswith(".cuh"):      # a header compiles as a translation unit of its own that includes it
+            rel = Path(f).resolve().relative_to(KERNELS.resolve()) if Path(f).is_absolute() else Path(f)
+            src = f'#include "{rel.as_posix()}"\n'
+        for arch in ([args.arch] if args.arch else target_archs(src if not f.endswith(".cuh") else read_source(f)[0])):
             try:
-                rep = compile_check(f, arch)
+                rep = compile_check(src, arch) if f.endswith(".cuh") else compile_check(f, arch)
             except KernelCompileError as e:
                 print(f"FAIL {f} [{arch}]\n{e}")
                 bad += 1
                 continue
             spills = [fn.name for fn in rep.functions.values() if fn.spills]
             print(f"{'SPILL' if spills else 'ok   '} {f} [{arch}]")
-            print("      " + str(rep).replace("\n", "\n      "))
+            if rep.functions:
+                print("      " + str(rep).replace("\n", "\n      "))
             bad += bool(spills)
     return 1 if bad else 0
 
 
 def _ceilings(args):
-    from . import ceilings
+    from .measure import ceilings
     c = ceilings.measure(refresh=args.refresh)
     print(ceilings.table(c))
     return 0
 
 
 def _bench(args):
-    from .runner import run_bench
+    from .runner.gpu_check import run_bench
     ok, msg = run_bench(args.chapter or None, quick=args.quick, path=args.json or None, save=args.json is not None)
     print(msg)
     return 0 if ok else 1
 
 
 def _gpu_check(args):
-    from .runner import PHASES, gpu_check
+    from .runner.gpu_check import PHASES, gpu_check
     return gpu_check(tuple(args.only.split(",")) if args.only else PHASES, args.chapter or None, args.cell_timeout)
 
 
 def _profile(args):
-    from .runner import run_profile
+    from .runner.gpu_check import run_profile
     ok, msg = run_profile(args.chapter or None)
     print(msg)
     return 0 if ok else 1
@@ -69,8 +74,8 @@ def _profile(args):
 
 def _stale(args):
     from .paths import RESULTS
-    from .provenance import problems, results_problems
-    from .runner import notebooks
+    from .runner.provenance import problems, results_problems
+    from .runner.gpu_check import notebooks
     out = [p for nb in notebooks() for p in problems(nb)]
     out += [p for f in sorted(RESULTS.glob("*.json")) for p in results_problems(f)]
     print("\n".join(out) or "all recorded notebooks and results are current")
@@ -97,8 +102,8 @@ def main(argv=None) -> int:
     s.add_argument("--quick", action="store_true", help="smaller shapes (a smoke run)")
     s.set_defaults(fn=_bench)
     s = sub.add_parser("gpu-check", help="on a GPU: GPU tests, benchmarks, record every notebook, re-run under nbval")
-    s.add_argument("--only", help="comma-separated phases: tests,bench,profile,record,nbval")
-    s.add_argument("--chapter", action="append", help="limit bench and notebooks to these chapters")
+    s.add_argument("--only", help="comma-separated phases: tests,bench,profile,execute,nbval")
+    s.add_argument("--chapter", action="append", help="limit tests, bench, profile and notebooks to these chapters")
     s.add_argument("--cell-timeout", type=int, default=CELL_TIMEOUT,
                    help=f"seconds a notebook cell may run when recording and under nbval (default {CELL_TIMEOUT})")
     s.set_defaults(fn=_gpu_check)

@@ -30,3 +30,7 @@ class KernelInputError(LabkitError, ValueError):
 
 class KernelFault(LabkitError):
     """A kernel crashed (illegal address, misaligned access, ...) or ran past its time limit."""
+
+
+class CheckFailed(LabkitError, AssertionError):
+    """A kernel gave a wrong answer in a correctness check (the message names the shape and element)."""

@@ -1,4 +1,9 @@
-"""Shared fixtures. GPU tests carry @pytest.mark.gpu and are skipped, with the reason, where no GPU is visible."""
+"""Shared fixtures. GPU tests carry @pytest.mark.gpu and are skipped, with the reason, where no GPU is visible.
+
+A test about one chapter carries `@pytest.mark.chapter("05")` (or lives in tests/test_chNN_*.py);
+`pytest --chapter 05` keeps only those of the chapters named (the GPU runner's `gpu-check --chapter 05`).
+"""
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -8,8 +13,30 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def pytest_addoption(parser):
+    parser.addoption("--chapter", action="append", default=[],
+                     help="keep only the tests of this chapter (repeatable): marked chapter(NN) or in test_chNN_*.py")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "chapter(nn): the test is about chapter nn ('05'); see --chapter")
+
+
+def item_chapter(item) -> str | None:
+    mark = item.get_closest_marker("chapter")
+    if mark is not None:
+        return str(mark.args[0])
+    m = re.match(r"test_ch(\d\d)_", Path(str(item.fspath)).name)
+    return m[1] if m else None
+
+
 def pytest_collection_modifyitems(config, items):
-    from labkit.device import has_gpu
+    chapters = set(config.getoption("--chapter"))
+    if chapters:
+        keep = [i for i in items if item_chapter(i) in chapters]
+        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+        items[:] = keep
+    from labkit.measure.device import has_gpu
     if has_gpu():
         return
     skip = pytest.mark.skip(reason="no CUDA GPU visible: GPU tests run on the GPU runner (python -m labkit gpu-check)")

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.compile import compile_check, format_compile_error, read_source, target_archs
+from labkit.measure.compile import compile_check, format_compile_error, read_source, target_archs
 from labkit.errors import KernelCompileError
 from labkit.paths import KERNELS
 
@@ -63,7 +63,7 @@ def test_unparsed_compiler_output_is_shown_verbatim():
 def test_compile_check_bypasses_nvrtcs_cache(monkeypatch):
     # NVRTC 12.9+ serves repeated compiles from a disk cache once a driver is loaded, and then its log has
     # no ptxas report (seen on the H200: an empty compile-check table in lab 01 under nbval).
-    import labkit.compile as comp
+    import labkit.measure.compile as comp
     from cupy.cuda import nvrtc
     seen = []
     real = comp._nvrtc_compile

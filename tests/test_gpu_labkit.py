@@ -7,7 +7,7 @@ pytestmark = pytest.mark.gpu
 
 def test_bench_agrees_with_a_plain_event_loop_on_copy():
     import cupy as cp
-    from labkit.timing import bench
+    from labkit.measure.timing import bench
     n = 64 << 20                                  # 256 MiB each way: far beyond the L2
     x = cp.random.random(n, dtype=cp.float32)
     y = cp.empty_like(x)
@@ -25,11 +25,66 @@ def test_bench_agrees_with_a_plain_event_loop_on_copy():
     assert t.spread_ms < 0.2 * t.median_ms
 
 
+def _median_after(flush, run, reps=40):
+    """Median ms of `run` over `reps` runs, each after `flush()` outside its own pair of events."""
+    import cupy as cp
+    for _ in range(5):
+        flush(); run()
+    pairs = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(reps)]
+    for s, e in pairs:
+        flush()
+        s.record(); run(); e.record()
+    pairs[-1][1].synchronize()
+    return float(np.median([cp.cuda.get_elapsed_time(s, e) for s, e in pairs]))
+
+
+def test_the_l2_flush_leaves_no_write_back_debt():
+    """A 64 MiB copy (about the L2's size) after labkit's flush is as fast as after a flush that only
+    reads a buffer twice the L2 (a plain CuPy sum), and a memset flush is measured beside them."""
+    import cupy as cp
+    from labkit.measure.timing import L2Flusher
+    l2 = cp.cuda.runtime.getDeviceProperties(0)["l2CacheSize"]
+    x = cp.random.random((64 << 20) // 4, dtype=cp.float32)
+    y = cp.empty_like(x)
+    buf = cp.ones(2 * l2 // 4, dtype=cp.float32)
+    labkit_flush = L2Flusher()
+    pure_read = _median_after(lambda: buf.sum(), lambda: cp.copyto(y, x))
+    ours = _median_after(labkit_flush, lambda: cp.copyto(y, x))
+    memset = _median_after(lambda: buf.fill(0), lambda: cp.copyto(y, x))
+    print(f"64 MiB copy after: labkit's flush {ours * 1e3:.1f} us, a read of 2 x L2 {pure_read * 1e3:.1f} us, "
+          f"a memset of 2 x L2 {memset * 1e3:.1f} us")
+    assert ours == pytest.approx(pure_read, rel=0.03)
+    assert ours <= memset * 1.01
+
+
+def test_memory_bound_records_carry_a_same_size_copy():
+    import cupy as cp
+    from labkit.measure import ceilings
+    from labkit.measure.context import Context
+    from labkit.measure.device import gpu_info
+    from labkit.measure.timing import bench
+    ctx = Context(ceilings.measure(verbose=False), gpu_info())
+    small, big = 64 << 20, 1 << 30                  # bytes moved
+    recs = []
+    for nbytes in (small, big):
+        x = cp.random.random(nbytes // 8, dtype=cp.float32)
+        y = cp.empty_like(x)
+        recs.append(ctx.record(chapter="00", op="copy", kernel="copyto", shape=[x.size], dtype="float32",
+                               bytes=nbytes, flops=0, timing=bench(lambda: cp.copyto(y, x))))
+    for r in recs:
+        assert r.copy_ms and r.ceiling_value == pytest.approx(r.copy_gbps)
+        assert r.fraction_of_ceiling == pytest.approx(1.0, rel=0.05), "a copy is 100% of a copy of its size"
+    assert recs[0].copy_gbps < recs[1].copy_gbps, "copy bandwidth grows with size"
+
+
 def test_ceilings_are_plausible():
-    from labkit import ceilings
+    from labkit.measure import ceilings
     c = ceilings.measure(refresh=True, verbose=False)
     ds = ceilings.datasheet_for(c["gpu"])
     assert c["copy_gbps"] > 100 and c["fp32_tflops"] > 1 and c["bf16_tflops"] > 10
+    from labkit.measure.device import gpu_info
+    if float(gpu_info()["compute_capability"]) >= 8.0:          # bf16 tensor cores: the mma.sync probe ran
+        assert 10 < c["mma_tflops"] < 1.05 * (ds[1]["bf16_tflops"] if ds else 1e4)
     if ds:
         _, d = ds
         assert 0.5 * d["bandwidth_gbps"] < c["copy_gbps"] < 1.05 * d["bandwidth_gbps"]
@@ -38,8 +93,8 @@ def test_ceilings_are_plausible():
 
 def test_guarded_output_catches_out_of_bounds_and_unwritten():
     import cupy as cp
-    from labkit.checks import GuardedOutput
-    from labkit.compile import load_kernel
+    from labkit.measure.checks import GuardedOutput
+    from labkit.measure.compile import load_kernel
     k = load_kernel('extern "C" __global__ void w(float* y, int n, int extra) {'
                     ' int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n + extra && i % 7 != 3) y[i] = 1.f; }', "w")
     out = GuardedOutput((1000,), "float32")
@@ -50,7 +105,7 @@ def test_guarded_output_catches_out_of_bounds_and_unwritten():
 
 
 def test_compile_error_on_the_gpu_path_names_the_line():
-    from labkit.compile import load_kernel
+    from labkit.measure.compile import load_kernel
     from labkit.errors import KernelCompileError
     with pytest.raises(KernelCompileError, match="line 2"):
         load_kernel('extern "C" __global__ void k(float* y) {\n  y[0] = nope;\n}', "k")
@@ -80,7 +135,7 @@ def test_compile_check_reports_after_cuda_work():
     # file had been compiled before (NVRTC's cache): the report must come back on every compile.
     import cupy as cp
     from labkit.chapters import ch01
-    from labkit.compile import compile_check
+    from labkit.measure.compile import compile_check
     x = cp.arange(1 << 20, dtype=cp.float32)
     y = cp.empty_like(x)
     ch01.copy_vec128_flat(x, y)

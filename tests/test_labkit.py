@@ -5,13 +5,14 @@ import math
 import numpy as np
 import pytest
 
-from labkit import bf16
-from labkit.ceilings import DATASHEET, datasheet_for, fp32_peak_tflops, ridge_point, table
-from labkit.checks import compare, compare_nd
+from labkit.measure import bf16
+from labkit.measure.ceilings import DATASHEET, datasheet_for, fp32_peak_tflops, ridge_point, table
 from labkit.errors import NoGPUError
-from labkit.records import Record, load_results, save_results
-from labkit.roofline import plot, roof
-from labkit.timing import summarize
+from labkit.measure.checks import compare
+from labkit.measure.records import Record
+from labkit.measure.roofline import figure, plot, roof
+from labkit.measure.timing import summarize
+from labkit.runner.results import load_results, put_records
 
 
 def test_summarize_median_and_iqr():
@@ -35,6 +36,8 @@ def test_record_rates_fraction_and_speedup():
     r = _rec()
     assert r.gbps == pytest.approx((6 << 28) / 0.4e-3 / 1e9)
     assert r.fraction_of_ceiling == pytest.approx(r.gbps / 4000.0)
+    same = _rec(copy_ms=0.5, ceiling_value=(6 << 28) / 0.5e-3 / 1e9)     # a same-size copy took 0.5 ms
+    assert same.copy_gbps == pytest.approx(same.ceiling_value) and same.fraction_of_ceiling == pytest.approx(0.5 / 0.4)
     assert r.speedup == pytest.approx(2.0)
     assert r.intensity == pytest.approx(1 / 6)
     f = _rec(op="fma", bytes=0, flops=10 ** 12, median_ms=20.0, ceiling_name="fp32_peak", ceiling_value=60.0)
@@ -44,8 +47,8 @@ def test_record_rates_fraction_and_speedup():
 def test_results_round_trip_and_chapter_replacement(tmp_path):
     p = tmp_path / "gpu.json"
     gpu = {"name": "Fake GPU", "slug": "fake-gpu"}
-    save_results(p, gpu, {"copy_gbps": 1.0}, [_rec(chapter="01"), _rec(chapter="03")])
-    save_results(p, gpu, {"copy_gbps": 2.0}, [_rec(chapter="03", kernel="new")], replace_chapters={"03"})
+    put_records(p, gpu, {"copy_gbps": 1.0}, [_rec(chapter="01"), _rec(chapter="03")])
+    put_records(p, gpu, {"copy_gbps": 2.0}, [_rec(chapter="03", kernel="new")])
     data = load_results(p)
     assert [(r.chapter, r.kernel) for r in data["records"]] == [("01", "vec128"), ("03", "new")]
     raw = json.loads(p.read_text())
@@ -57,14 +60,13 @@ def test_results_round_trip_and_chapter_replacement(tmp_path):
 
 
 def test_a_chapter_page_quotes_the_ceilings_of_its_own_run(tmp_path, monkeypatch):
-    import labkit.report as report
+    import labkit.runner.report as report
     monkeypatch.setattr(report, "RESULTS", tmp_path)
     gpu = {"name": "Fake GPU", "slug": "fake-gpu", "compute_capability": "9.0", "sm_count": 132}
     full = {"copy_gbps": 4000.0, "fp32_tflops": 60.0, "bf16_tflops": 800.0, "measured_at": "2026-11-30T10:00:00"}
-    save_results(tmp_path / "fake-gpu.json", gpu, full, [_rec(chapter="01", ceiling_value=4000.0)])
+    put_records(tmp_path / "fake-gpu.json", gpu, full, [_rec(chapter="01", ceiling_value=4000.0)])
     later = dict(full, copy_gbps=4100.0, measured_at="2026-11-30T11:00:00")
-    save_results(tmp_path / "fake-gpu.json", gpu, later, [_rec(chapter="03", ceiling_value=4100.0)],
-                 replace_chapters={"03"})
+    put_records(tmp_path / "fake-gpu.json", gpu, later, [_rec(chapter="03", ceiling_value=4100.0)])
     assert report.Recorded("01", "fake-gpu").values()["ceiling.copy_gbps"] == 4000.0    # not the later run's
     assert report.Recorded("03", "fake-gpu").values()["ceiling.copy_gbps"] == 4100.0
     # a file written before ceilings were kept per chapter: the copy ceiling comes from the chapter's records
@@ -95,17 +97,44 @@ def test_datasheet_lookup_and_table():
     assert all(name in t for name in DATASHEET) and "(measured)" in t
 
 
-def test_roofline_plot_is_drawn(tmp_path):
+def _texts(fig):
+    return "\n".join(t.get_text() for ax in fig.axes for t in ax.texts)
+
+
+def test_roofline_draws_measured_points_numbered_and_bounds_hollow(tmp_path):
     import matplotlib
     matplotlib.use("Agg")
-    ax = plot([_rec(), {"label": "gemm", "intensity": 1000.0, "tflops": 700.0}],
-              {"copy_gbps": 4100, "fp32_tflops": 65, "bf16_tflops": 790}, DATASHEET["H200"], title="t")
-    labels = [l.get_label() for l in ax.get_lines()]
-    assert "add_bf16: vec128" in labels and "gemm" in labels
-    assert any("datasheet" in l for l in labels) and any("measured" in l for l in labels)
-    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
-    ax.figure.savefig(tmp_path / "r.png")
+    ceil = {"copy_gbps": 4100, "fp32_tflops": 65, "mma_tflops": 630, "bf16_tflops": 790}
+    gemm = _rec(op="sgemm", kernel="warptile", flops=2 * 4096 ** 3, bytes=3 * 4 * 4096 ** 2, median_ms=3.0,
+                ceiling_name="fp32", ceiling_value=65.0)
+    bound = {"label": "GEMM 4096^3 at the fp32 roof", "intensity": 683.0, "tflops": 65.0, "kind": "bound"}
+    fig = figure([_rec(), gemm], ceil, DATASHEET["H200"], extra=[bound], title="t")
+    text = _texts(fig)
+    assert "1  add_bf16: vec128" in text and "2  sgemm: warptile" in text
+    assert "3  GEMM 4096^3 at the fp32 roof (bound, not measured)" in text
+    roof_ax = fig.axes[0]
+    labels = [l.get_label() for l in roof_ax.get_lines()]
+    assert any(l.startswith("measured fp32 FMA: 65") for l in labels)
+    assert any(l.startswith("measured bf16 mma.sync: 630") for l in labels)
+    assert any(l.startswith("datasheet") for l in labels)
+    hollow = [l for l in roof_ax.get_lines() if l.get_marker() == "o" and l.get_markerfacecolor() == "none"]
+    assert len(hollow) == 1 and hollow[0].get_xdata()[0] == 683.0
+    assert roof_ax.get_xscale() == "log" and roof_ax.get_yscale() == "log"
+    fig.savefig(tmp_path / "r.png")
     assert (tmp_path / "r.png").stat().st_size > 10_000
+
+
+def test_kernels_without_flops_are_on_the_bandwidth_chart():
+    import matplotlib
+    matplotlib.use("Agg")
+    copy = _rec(op="copy", kernel="copy_vec128", flops=0, copy_ms=0.41, ceiling_value=(6 << 28) / 0.41e-3 / 1e9)
+    transpose = _rec(op="smem_transpose", kernel="padded", flops=0, median_ms=0.5, copy_ms=0.45,
+                     ceiling_value=(6 << 28) / 0.45e-3 / 1e9)
+    fig = figure([copy, transpose], {"copy_gbps": 4100, "fp32_tflops": 65})
+    bars = fig.axes[-1]
+    assert {t.get_text() for t in bars.get_yticklabels()} == {"copy: copy_vec128", "smem_transpose: padded"}
+    widths = sorted(round(p.get_width(), 1) for p in bars.patches)
+    assert widths == [90.0, 102.5]                      # 0.45/0.5 and 0.41/0.4 of a same-size copy
 
 
 def test_bf16_round_trip_rounds_to_nearest_even():
@@ -127,7 +156,7 @@ def test_compare_names_the_first_wrong_element():
     m = compare(got, ref, dtype="float32")
     assert m.count == 2 and m.first == "[7]" and m.expected == 7.0 and m.got == 100.0
     assert str(m) == "2 of 12 elements wrong; first at [7]: expected 7, got 100"
-    m2 = compare_nd(got, ref, (3, 4), dtype="float32")
+    m2 = compare(got, ref, dtype="float32", shape=(3, 4))
     assert m2.first == "[1, 3]"
     assert compare(ref, ref, dtype="float32") is None
 
@@ -162,24 +191,23 @@ def test_cli_lists_the_verbs(capsys):
 
 def test_info_without_gpu(capsys):
     from labkit.__main__ import main
-    from labkit.device import has_gpu
+    from labkit.measure.device import has_gpu
     if has_gpu():
         pytest.skip("this test describes the no-GPU path")
     assert main(["info"]) == 0
     assert "No CUDA GPU visible" in capsys.readouterr().out
 
 
-def test_roofline_labels_a_kernel_measured_at_two_shapes_apart():
+def test_roofline_labels_a_kernel_measured_at_two_shapes_apart_and_stays_readable_with_many_points():
     import matplotlib
     matplotlib.use("Agg")
     recs = [_rec(op="softmax", kernel="regs", shape=[65536, 4096]), _rec(op="softmax", kernel="regs", shape=[16384, 32768])]
-    recs += [_rec(kernel=f"k{i}") for i in range(12)]
-    ax = plot(recs, {"copy_gbps": 4100, "fp32_tflops": 65, "bf16_tflops": 790})
-    labels = [l.get_label() for l in ax.get_lines()]
-    assert "softmax: regs @ 65536x4096" in labels and "softmax: regs @ 16384x32768" in labels
-    colors = [tuple(l.get_color()) if not isinstance(l.get_color(), str) else l.get_color()
-              for l in ax.get_lines() if l.get_label().startswith(("softmax", "add_bf16"))]
-    assert len(set(colors)) == len(colors), "every kernel point has its own colour"
+    recs += [_rec(kernel=f"k{i}", flops=(1 << 28) * (i + 1)) for i in range(18)]
+    fig = figure(recs, {"copy_gbps": 4100, "fp32_tflops": 65, "bf16_tflops": 790})
+    text = _texts(fig)
+    assert "softmax: regs @ 65536x4096" in text and "softmax: regs @ 16384x32768" in text
+    numbers = [t.get_text() for t in fig.axes[0].texts if t.get_text().isdigit()]
+    assert numbers == [str(i) for i in range(1, 21)], "each of 20 points carries its number"
 
 
 def test_roofline_axis_widens_to_show_every_point():
@@ -191,9 +219,9 @@ def test_roofline_axis_widens_to_show_every_point():
 
 
 def test_gpu_verbs_without_gpu_say_so_and_exit_2(capsys, monkeypatch):
-    import labkit.device as device
+    import labkit.measure.device as device
     from labkit.__main__ import main
     monkeypatch.setattr(device, "has_gpu", lambda: False)     # the same path on a machine with a GPU
-    assert main(["gpu-check", "--only", "record"]) == 2
+    assert main(["gpu-check", "--only", "execute"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("NoGPUError: gpu-check needs a CUDA GPU") and "Traceback" not in err

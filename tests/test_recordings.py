@@ -5,10 +5,10 @@ import shutil
 import nbformat
 import pytest
 
-import labkit.provenance as prov
+import labkit.runner.provenance as prov
 from labkit.paths import KERNELS, LABS, RESULTS
-from labkit.records import Record
-from labkit.runner import notebooks
+from labkit.measure.records import Record
+from labkit.runner.gpu_check import notebooks
 
 NOTEBOOKS = notebooks()
 LABS_NB = [p for p in NOTEBOOKS if p.name == "lab.ipynb"]
@@ -191,7 +191,7 @@ def test_lab_code_refers_to_what_exists(path):
     for mod, attr in set(re.findall(r"\b(ch0\d)\.(\w+)", code)):
         m = importlib.import_module(f"labkit.chapters.{mod}")
         assert hasattr(m, attr), f"{path.parent.name}/lab.ipynb calls {mod}.{attr}, which does not exist"
-    from labkit import lab
+    from labkit.measure import lab
     for attr in set(re.findall(r"\blab\.(\w+)", code)):
         assert hasattr(lab, attr), f"lab.{attr}"
     for attr in set(re.findall(r"\bL\.(\w+)", code)):
@@ -199,14 +199,14 @@ def test_lab_code_refers_to_what_exists(path):
 
 
 def test_show_highlights_cuda_and_python():
-    from labkit.lab import show
+    from labkit.measure.lab import show
     assert "```cuda" in show("01-roofline/01_copy_scalar.cu").data
     assert "```python" in show("04-reductions/09_triton_softmax_rmsnorm.py").data
 
 
 def test_kernel_result_lines_match_the_results_file():
-    """The `// Result` lines of every kernel file are what the results file says (labkit.headers)."""
-    from labkit import headers
+    """The `// Result` lines of every kernel file are what the results file says (labkit.runner.headers)."""
+    from labkit.runner import headers
     files = sorted(KERNELS.rglob("*.cu"))
     with_results = [f for f in files if any(headers.HEADER.match(ln) for ln in f.read_text().splitlines())]
     assert len(with_results) >= 15
@@ -215,7 +215,7 @@ def test_kernel_result_lines_match_the_results_file():
 
 
 def test_result_lines_are_rewritten_from_the_records(tmp_path, monkeypatch):
-    from labkit import headers
+    from labkit.runner import headers
     data = json.loads((RESULTS / "nvidia-h200.json").read_text())
     rec = next(r for r in data["records"] if r["chapter"] == "01" and r["kernel"] == "copy_vec128_flat")
     rec["median_ms"] *= 2

@@ -3,8 +3,8 @@ a figure is executed in place by nbclient, stamped with provenance, and left wit
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
-from labkit import provenance
-from labkit.runner import WIDGET_NOTE, record_notebooks
+from labkit.runner import provenance
+from labkit.runner.gpu_check import WIDGET_NOTE, execute_notebooks
 
 FAKE_GPU = {"name": "Test GPU", "compute_capability": "9.0", "driver": "580", "cuda_runtime": "13.0", "cupy": "14"}
 
@@ -22,7 +22,7 @@ def test_record_executes_stamps_and_strips_widgets(tmp_path):
     ]
     path = tmp_path / "lab.ipynb"
     nbformat.write(nb, str(path))
-    ok, msg = record_notebooks([path], timeout=120, gpu=FAKE_GPU)
+    ok, msg = execute_notebooks([path], timeout=120, gpu=FAKE_GPU)
     assert ok, msg
     out = nbformat.read(str(path), as_version=4)
     prov = out.metadata["labkit"]["provenance"]
@@ -35,12 +35,12 @@ def test_record_executes_stamps_and_strips_widgets(tmp_path):
     assert provenance.problems(path) == []
 
 
-def test_recording_client_does_not_imitate_the_output_widget(tmp_path):
+def test_execution_client_does_not_imitate_the_output_widget(tmp_path):
     # nbclient's Output-widget stand-in sends on the shell channel while a cell's reply is awaited there,
     # which can stall a cell (nbclient issue 312): the recording client must not create one.
-    from labkit.runner import recording_client
+    from labkit.runner.gpu_check import execution_client
     nb = new_notebook()
-    client = recording_client(nb, tmp_path / "x.ipynb", 60)
+    client = execution_client(nb, tmp_path / "x.ipynb", 60)
     msg = {"msg_type": "comm_open", "content": {"comm_id": "c1", "target_name": "jupyter.widget",
                                                  "data": {"state": {"_model_name": "OutputModel"}}}}
     client.handle_comm_msg([], msg, 0)
@@ -53,13 +53,13 @@ def test_a_failing_notebook_is_reported_and_left_unrecorded(tmp_path):
     nb.cells = [new_code_cell("raise RuntimeError('kernel fault')")]
     path = tmp_path / "bad.ipynb"
     nbformat.write(nb, str(path))
-    ok, msg = record_notebooks([path], timeout=60, gpu=FAKE_GPU)
+    ok, msg = execute_notebooks([path], timeout=60, gpu=FAKE_GPU)
     assert not ok and "bad.ipynb" in msg and "CellExecutionError" in msg
     assert "provenance" not in nbformat.read(str(path), as_version=4).metadata.get("labkit", {})
 
 
 def test_nbval_accepts_a_recording_and_rejects_a_changed_output(tmp_path):
-    from labkit.runner import run_nbval
+    from labkit.runner.gpu_check import run_nbval
     nb = new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     timing = new_code_cell("import time\nprint(f'took {time.perf_counter()} s')")
@@ -68,7 +68,7 @@ def test_nbval_accepts_a_recording_and_rejects_a_changed_output(tmp_path):
                 new_code_cell("print('speed: PASS [94.3% of copy: 3914 vs 4151 GB/s, 0.2743 ms], needs 90% of copy')")]
     path = tmp_path / "lab.ipynb"
     nbformat.write(nb, str(path))
-    assert record_notebooks([path], timeout=60, gpu=FAKE_GPU)[0]
+    assert execute_notebooks([path], timeout=60, gpu=FAKE_GPU)[0]
     assert run_nbval([path])[0]
     out = nbformat.read(str(path), as_version=4)
     out.cells[0].outputs[0]["text"] = "ok  n=7\n"                # a deterministic output that no longer matches
@@ -81,7 +81,7 @@ def test_nbval_keeps_each_notebook_in_one_worker(monkeypatch):
     # --dist loadfile they are spread over workers and run without their notebook's earlier cells.
     import sys
     import types
-    from labkit.runner import nbval_command
+    from labkit.runner.gpu_check import nbval_command
     monkeypatch.setitem(sys.modules, "xdist", types.ModuleType("xdist"))
     cmd = nbval_command(["a.ipynb", "b.ipynb", "c.ipynb"], workers=4)
     i = cmd.index("-n")

@@ -1,17 +1,22 @@
-"""Chapter 01: the three copy probes and the FMA probe, against cupy.copyto and the fp32 peak."""
+"""Chapter 01: the three copy probes, the FMA probe and the mma.sync probe, against cupy.copyto, the fp32
+peak and cuBLAS."""
 from __future__ import annotations
 
 import numpy as np
 
-from ..checks import GuardedOutput, expect
-from ..compile import kernel
-from ..device import sm_count
-from ..timing import bench
+from ..measure.checks import GuardedOutput, expect
+from ..measure.compile import kernel
+from ..measure.device import sm_count
+from ..measure import ceilings
+from ..measure.timing import Timing, bench
+
+HEADLINE = {"copy": "134217728"}   # the shape the book's plain figures of each op refer to
 
 COPY_SCALAR = "01-roofline/01_copy_scalar.cu"
 COPY_VEC128 = "01-roofline/02_copy_vec128.cu"
 COPY_VEC128_FLAT = "01-roofline/03_copy_vec128_flat.cu"
 FMA_PROBE = "01-roofline/04_fma_probe.cu"
+MMA_PROBE = "01-roofline/05_mma_probe.cu"
 CHECK_SIZES = [0, 1, 3, 4, 7, 1000, 65537, 1_000_003]   # irregular: empty, tails of 1-3, primes
 THREADS = 256
 
@@ -68,14 +73,21 @@ def benchmarks(ctx):
         t = bench(lambda: fn(x, y))
         yield ctx.record(chapter="01", op="copy", kernel=name, shape=[n], dtype="float32", bytes=2 * 4 * n, flops=0,
                          timing=t, baseline="cupy.copyto", baseline_timing=base, ceiling="copy")
+    # the two arithmetic probes, timed in this run (the ceilings' own figures come from the same kernels)
     c = ctx.ceilings
-    from ..timing import Timing
-    t = Timing(c["fma_ms"], c["fma_spread_ms"], c["fma_ms"], c["fma_ms"], 0)
-    peak_ms = c["fma_flops"] / (c["fp32_peak_tflops"] * 1e12) * 1e3 if c.get("fp32_peak_tflops") else None
+    launch, flops = ceilings.fma_launch()
+    t = bench(launch, flush_l2=False, target_ms=400)
+    peak_ms = flops / (c["fp32_peak_tflops"] * 1e12) * 1e3 if c.get("fp32_peak_tflops") else None
     yield ctx.record(chapter="01", op="fma", kernel="fma_probe", shape=[ctx.sms * 8 * 256], dtype="float32", bytes=0,
-                     flops=c["fma_flops"], timing=t, baseline="fp32 peak: SMs x lanes x 2 x clock",
+                     flops=flops, timing=t, baseline="fp32 peak: SMs x lanes x 2 x clock",
                      baseline_timing=Timing(peak_ms, 0, peak_ms, peak_ms, 0) if peak_ms else None,
                      ceiling="fp32_peak", note=f"SM clock {c.get('sm_clock_mhz')} MHz ({c.get('sm_clock_source')})")
+    if c.get("mma_tflops"):
+        launch, flops = ceilings.mma_launch()
+        t = bench(launch, flush_l2=False, target_ms=300)
+        yield ctx.record(chapter="01", op="mma", kernel="mma_probe", shape=[ctx.sms * 4 * 256], dtype="bfloat16",
+                         bytes=0, flops=flops, timing=t, ceiling="bf16",
+                         note="bf16 mma.sync m16n8k16 from registers, against cuBLAS bf16 at 8192^3")
 
 
 # ------------------------------------------------------------------ operations placed on the roofline
@@ -91,7 +103,7 @@ OPERATIONS = {
 
 def operation_point(op: str, n: int, ceilings: dict) -> dict:
     """Where an operation of size n sits: intensity, attainable TFLOP/s, floor time and which roof binds."""
-    from ..roofline import roof
+    from ..measure.roofline import roof
     flops, nbytes = OPERATIONS[op](n)
     ai = flops / nbytes
     t_mem = nbytes / (ceilings["copy_gbps"] * 1e9)

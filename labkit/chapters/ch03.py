@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import bf16
-from ..bench import CheckFailed
-from ..checks import GuardedOutput, expect, expect_threads
-from ..compile import kernel
-from ..device import sm_count
+from ..measure import bf16
+from ..errors import CheckFailed
+from ..measure.checks import GuardedOutput, expect, expect_threads
+from ..measure.compile import kernel
+from ..measure.device import sm_count
 from ..errors import KernelInputError
-from ..timing import bench
+from ..measure.timing import bench
 from .ch02 import (SENTINEL, SENTINEL_VALUE, _expect_add, add_naive, checked_sweep, gpu_add_reference, random_bf16,
                    torch_bf16, verify_add, verify_add_huge)
+
+HEADLINE = {"add_bf16": "268435456", "bias_gelu": "16384x8192"}   # the shape the book's plain figures of each op refer to
 
 ADD_STRIDED = "03-elementwise/01_add_strided.cu"
 ADD_VEC128 = "03-elementwise/02_add_vec128.cu"

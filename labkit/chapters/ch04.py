@@ -15,11 +15,13 @@ import sys
 
 import numpy as np
 
-from ..checks import GuardedOutput, expect
-from ..compile import kernel
+from ..measure.checks import GuardedOutput, expect
+from ..measure.compile import kernel
 from ..errors import KernelInputError
 from ..paths import KERNELS
-from ..timing import bench
+from ..measure.timing import bench
+
+HEADLINE = {"rmsnorm": "65536x4096", "layernorm": "65536x4096", "softmax": "65536x4096", "smem_transpose": "8192x8192"}   # the shape the book's plain figures of each op refer to
 
 RMSNORM_BLOCK_SMEM = "04-reductions/01_rmsnorm_block_smem.cu"
 RMSNORM_REGS = "04-reductions/02_rmsnorm_regs.cu"
@@ -301,14 +303,14 @@ def _ref_softmax(x):
 
 def _bf16_random(cp, shape, scale=1.0, offset=0.0):
     """Fresh random bf16 bit patterns (never zeros), and their exact values as float64 on the host."""
-    from .. import bf16
+    from ..measure import bf16
     f = cp.random.standard_normal(shape, dtype=cp.float32) * np.float32(scale) + np.float32(offset)
     bits = bf16.to_bits(f)
     return bits, bf16.from_bits(bits).get().astype(np.float64)
 
 
 def _bf16_from_host(cp, a64):
-    from .. import bf16
+    from ..measure import bf16
     bits = bf16.to_bits(cp.asarray(a64.astype(np.float32)))
     return bits, bf16.from_bits(bits).get().astype(np.float64)
 

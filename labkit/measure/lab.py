@@ -10,7 +10,7 @@ class Lab:
 
     def __init__(self, chapter: str, quick: bool = True):
         from . import ceilings
-        from .bench import Context
+        from .context import Context
         from .device import gpu_info, now_iso
         require_gpu(f"the chapter {chapter} lab")
         self.chapter = chapter
@@ -34,17 +34,18 @@ class Lab:
 
     def table(self, records):
         from IPython.display import Markdown
-        from .report import records_table
+        from .records import records_table
         return Markdown(records_table(records))
 
-    def roofline(self, records, title: str | None = None, extra=()):
+    def roofline(self, records, title: str | None = None, extra=(), roofs=None):
+        """The roofline of `records` with FLOPs (and `extra` computed points, drawn hollow) beside the
+        bandwidth chart of the memory-bound ones, against this GPU's ceilings."""
         import matplotlib.pyplot as plt
         from .ceilings import datasheet_for
-        from .roofline import plot
+        from .roofline import figure
         ds = datasheet_for(self.gpu["name"])
-        plot(list(records) + list(extra), self.ceilings, ds[1] if ds else None,
-             title=title or f"Chapter {self.chapter} on {self.gpu['name']}")
-        plt.tight_layout()
+        figure(records, self.ceilings, ds[1] if ds else None, extra=extra, roofs=roofs,
+               title=title or f"chapter {self.chapter} on {self.gpu['name']}")
         plt.show()
 
 

@@ -3,7 +3,9 @@
 Measured (cached per GPU under ~/.cache/labkit/):
 - copy:  device-to-device copy bandwidth, `cupy.copyto` on 512 MiB buffers, bytes read plus written;
 - fp32:  the chapter 01 FMA probe's rate; `fp32_peak` is SMs x FP32 lanes x 2 x the SM clock it ran at;
+- mma:   the chapter 01 tensor-core probe's rate (bf16 `mma.sync` from registers; compute capability 8.0+);
 - bf16:  a cuBLAS bf16 matrix product (torch.matmul where PyTorch is installed, else CuPy fp16) at 8192^3.
+A cache written by an older labkit (without some of these) is measured again.
 """
 from __future__ import annotations
 
@@ -52,6 +54,7 @@ def ridge_point(peak_tflops: float, bandwidth_gbps: float) -> float:
 # ------------------------------------------------------------------------------------- measurement
 
 COPY_BYTES = 512 << 20
+KEYS = ("copy_gbps", "fp32_tflops", "mma_tflops", "bf16_tflops")   # what a current cache holds
 FMA_ITERS = 4096
 
 
@@ -107,6 +110,33 @@ def measure_fma() -> dict:
             "sm_clock_source": "nvml during the run" if clocks else "max clock (no NVML)"}
 
 
+MMA_ITERS = 16384
+
+
+def mma_launch():
+    """(launch function, FLOPs per launch) for the chapter 01 mma.sync probe, sized to this GPU."""
+    import cupy as cp
+    from .compile import kernel
+    from .device import sm_count
+    k = kernel("01-roofline/05_mma_probe.cu", "mma_probe")
+    blocks, threads = sm_count() * 4, 256
+    out = cp.zeros(blocks, dtype=cp.float32)
+    flops = blocks * (threads // 32) * MMA_ITERS * 8 * 4096
+    return (lambda: k((blocks,), (threads,), (out, cp.int32(MMA_ITERS)))), flops
+
+
+def measure_mma() -> dict:
+    """The bf16 mma.sync rate, or None where the GPU has no bf16 tensor cores (compute capability < 8)."""
+    from .device import gpu_info
+    from .timing import bench
+    if float(gpu_info()["compute_capability"]) < 8.0:
+        return {"mma_tflops": None, "mma_note": "no bf16 mma.sync below compute capability 8.0"}
+    launch, flops = mma_launch()
+    t = bench(launch, flush_l2=False, target_ms=300)
+    return {"mma_tflops": flops / (t.median_ms * 1e-3) / 1e12, "mma_ms": t.median_ms, "mma_flops": flops,
+            "mma_spread_ms": t.spread_ms}
+
+
 def measure_bf16(n: int = 8192) -> dict:
     from .timing import bench
     try:
@@ -137,12 +167,15 @@ def measure(refresh: bool = False, verbose: bool = True) -> dict:
     info = gpu_info()
     path = cache_path(info["slug"])
     if path.exists() and not refresh:
-        return json.loads(path.read_text())
+        cached = json.loads(path.read_text())
+        if all(k in cached for k in KEYS):
+            return cached
     if verbose:
-        print(f"Measuring the ceilings of {info['name']} (about 10 s, once per GPU)...")
+        print(f"Measuring the ceilings of {info['name']} (about 10 s, once per GPU)...", flush=True)
     c = {"gpu": info["name"], "measured_at": now_iso()}
     c.update(measure_copy())
     c.update(measure_fma())
+    c.update(measure_mma())
     c.update(measure_bf16())
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(c, indent=1))

@@ -4,15 +4,12 @@ Runs without a GPU: it only reads labs/results/<gpu>.json, which the GPU runner 
 """
 from __future__ import annotations
 
-from .paths import RESULTS
-from .records import load_results
+from .. import chapters
+from ..measure.records import records_table
+from ..paths import RESULTS
+from .results import load_results
 
 DEFAULT_GPU = "nvidia-h200"
-HEADLINE = {  # the shape each op's plain glue keys refer to
-    "copy": "134217728", "fma": None, "add_bf16": "268435456", "bias_gelu": "16384x8192",
-    "rmsnorm": "65536x4096", "layernorm": "65536x4096", "softmax": "65536x4096",
-    "smem_transpose": "8192x8192",
-}
 
 
 class Recorded:
@@ -35,6 +32,7 @@ class Recorded:
         self.same_run = set(self.ceilings) if own else set()
         self.records = [r for r in data["records"] if r.chapter == chapter]
         self.profiles = [p for p in data.get("profiles", []) if p.get("chapter") == chapter]
+        self.headline = chapters.headline(chapter)   # the shape each op's plain glue keys refer to
         if not self.records:
             raise LookupError(f"{path.name} holds no records of chapter {chapter}")
         if not own:
@@ -51,7 +49,7 @@ class Recorded:
         if self.ceilings.get("fp32_peak_tflops"):
             v["ceiling.fp32_peak_tflops"] = self.ceilings["fp32_peak_tflops"]
         for r in self.records:
-            head = HEADLINE.get(r.op)
+            head = self.headline.get(r.op)
             keys = [f"{r.op}.{r.kernel}@{r.shape_key}"]
             if head is None or r.shape_key == head:
                 keys.append(f"{r.op}.{r.kernel}")
@@ -62,6 +60,8 @@ class Recorded:
                 v[f"{k}.pct"] = 100 * r.fraction_of_ceiling
                 if r.speedup is not None:
                     v[f"{k}.xbase"] = r.speedup
+                if r.copy_gbps is not None:
+                    v[f"{k}.copy_gbps"] = r.copy_gbps
         return v
 
     def glue_all(self):
@@ -100,48 +100,31 @@ class Recorded:
     def table(self, op: str | None = None):
         return _markdown(records_table(self.rows(op)))
 
-    def roofline(self, op: str | None = None, title: str | None = None):
+    def headline_rows(self, op: str | None = None):
+        """The records of `op` (or all) at their op's headline shape (every shape where none is declared)."""
+        return [r for r in self.rows(op) if self.headline.get(r.op) in (None, r.shape_key)]
+
+    def roofline(self, op: str | None = None, title: str | None = None, roofs=None, records=None):
+        """The roofline and bandwidth chart of the chapter's records at their headline shapes (or of
+        `records`), against the ceilings of the chapter's own run."""
         import matplotlib.pyplot as plt
-        from .ceilings import datasheet_for
-        from .roofline import plot
+        from ..measure.ceilings import datasheet_for
+        from ..measure.roofline import figure
         ds = datasheet_for(self.gpu["name"])
-        pts = []
-        for r in self.rows(op):
-            head = HEADLINE.get(r.op)
-            if head is None or r.shape_key == head:
-                pts.append(r)
-        plot(pts, self.ceilings, ds[1] if ds else None,
-             title=title or f"Chapter {self.chapter} on {self.gpu['name']} ({self.date})")
-        plt.tight_layout()
+        figure(self.headline_rows(op) if records is None else records, self.ceilings, ds[1] if ds else None,
+               roofs=roofs, title=title or f"chapter {self.chapter}, {self.gpu['name']}, {self.date}")
         plt.show()
 
     def profile(self):
         if not self.profiles:
             raise LookupError(f"no profiler readings recorded for chapter {self.chapter}")
-        cols = [c for c in self.profiles[0]["metrics"]]
-        head = "| kernel | " + " | ".join(cols) + " |\n|---|" + "---|" * len(cols) + "\n"
-        body = "".join(f"| {p['kernel']} | " + " | ".join(str(p["metrics"].get(c, "")) for c in cols) + " |\n"
-                       for p in self.profiles)
+        cols = list(dict.fromkeys(c for p in self.profiles for c in p["metrics"]))
+        head = "| kernel | measured for | " + " | ".join(cols) + " |\n|---|---|" + "---|" * len(cols) + "\n"
+        body = "".join(f"| {p['kernel']} | {p.get('op', '')} {p.get('record', '')} at {p.get('shape', '?')} | "
+                       + " | ".join(str(p["metrics"].get(c, "")) for c in cols) + " |\n" for p in self.profiles)
         return _markdown(head + body + f"\nNsight Compute (`{self.profiles[0].get('tool', 'ncu')}`) on "
-                         f"{self.gpu['name']}, {self.profiles[0].get('recorded_at', '')[:10]}: each kernel's largest "
-                         "launch in one pass of the chapter's benchmarks at their smaller (quick) shapes, so durations "
-                         "are shorter than in the table above; the ratios (DRAM % of peak, sectors per request, hit "
-                         "rates, occupancy) are what to read.")
-
-
-def records_table(records) -> str:
-    """A Markdown table of records: one row per kernel and shape, narrow enough for a book page. Rates the
-    operation doesn't have (GB/s of a pure-arithmetic probe, TFLOP/s of a copy) are left blank."""
-    head = ("| op | kernel | shape | median ms (IQR) | GB/s | TFLOP/s | of ceiling | × baseline |\n"
-            "|---|---|---|--:|--:|--:|--:|---|\n")
-    lines = []
-    for r in records:
-        sp = f"{r.speedup:.2f}× {r.baseline}" if r.speedup is not None else (r.baseline or "")
-        gbps = f"{r.gbps:.0f}" if r.bytes else ""
-        tflops = f"{r.tflops:.3g}" if r.flops else ""
-        lines.append(f"| {r.op} | {r.kernel} | {r.shape_key} {r.dtype} | {r.median_ms:.4f} ({r.spread_ms:.4f}) | "
-                     f"{gbps} | {tflops} | {100 * r.fraction_of_ceiling:.1f}% of {r.ceiling_name} | {sp} |")
-    return head + "\n".join(lines) + "\n"
+                         f"{self.gpu['name']}, {self.profiles[0].get('recorded_at', '')[:10]}: one launch of each "
+                         "kernel at the benchmark shape named beside it, the shape of the table above.")
 
 
 def _markdown(text: str):

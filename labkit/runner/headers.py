@@ -14,9 +14,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .errors import LabkitError
-from .paths import KERNELS, ROOT
-from .records import Record, load_results
+from ..errors import LabkitError
+from ..paths import KERNELS, ROOT
+from ..measure.records import Record
+from .results import load_results
 
 HEADER = re.compile(r'^// Result \((?P<gpu>[^,]+), (?P<date>[\d-]+), (?P<file>\S+\.json), op "(?P<op>\w+)"\):$')
 ENTRY = re.compile(r"^//   (?P<kernel>\w+) at (?P<shape>\d+(?:x\d+)*): ")

@@ -1,11 +1,12 @@
 """Checking a kernel's output: poisoned, canary-padded buffers and a comparison that names the element.
 
 - `GuardedOutput` allocates the output inside a larger buffer: the output itself is filled with a NaN
-  whose payload no arithmetic produces (so an element never written is caught), and 256 bytes on each
-  side hold a canary pattern (so a write past either end is caught: CuPy's memory pool rounds
-  allocations up, so such writes would otherwise land silently in its slack).
-- `compare` checks against a reference with tolerances suited to the dtype and reports the first bad
-  element as text that is the same on every run (notebook verdicts are compared by nbval).
+  whose payload no arithmetic produces (so an element never written is caught), and 64 KiB on each side
+  hold a canary pattern (so a write past either end is caught: CuPy's memory pool rounds allocations up,
+  so such writes would otherwise land silently in its slack).
+- `compare` checks against a reference (NumPy on the host, CuPy on the GPU) with tolerances suited to the
+  dtype and reports the first bad element as text that is the same on every run (notebook verdicts are
+  compared by nbval). The chapters and the grader's worker use the same two.
 - `expect` validates arrays handed to a kernel wrapper: dtype, shape, contiguity, alignment.
 """
 from __future__ import annotations
@@ -14,9 +15,9 @@ import dataclasses
 
 import numpy as np
 
-from .errors import KernelInputError
+from ..errors import KernelInputError
 
-PAD_BYTES = 256
+PAD_BYTES = 64 << 10      # canary bytes on each side of an output
 # bit patterns: a quiet NaN with a payload that arithmetic never yields, and a canary (also a NaN)
 POISON = {2: 0x7FA1, 4: 0x7FA1B2C3, 8: 0x7FF1B2C3D4E5F607}
 CANARY = {2: 0x7FA5, 4: 0x7FA5A5A5, 8: 0x7FF5A5A5A5A5A5A5}
@@ -27,22 +28,28 @@ TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6
 
 
 class GuardedOutput:
-    """An output array of `shape` and `dtype` (numpy dtype; use 'bfloat16' for bf16 stored as uint16)."""
+    """An output array of `shape` and `dtype` (numpy dtype; use 'bfloat16' for bf16 stored as uint16).
 
-    def __init__(self, shape, dtype="float32"):
+    The output sits inside one allocation between two canary regions of `pad_bytes` each (64 KiB by
+    default: a stray write well past either end is caught, not only the first bytes). With `offset` > 0 the
+    output starts `offset` elements past the 16-byte-aligned start, the skipped elements holding the canary
+    too (a misaligned output, and a write there is a write before the output).
+    """
+
+    def __init__(self, shape, dtype="float32", offset: int = 0, pad_bytes: int = PAD_BYTES):
         import cupy as cp
         self.dtype_name = str(dtype)
         self.store = np.dtype(np.uint16 if self.dtype_name == "bfloat16" else dtype)
         self.shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
         self.size = int(np.prod(self.shape, dtype=np.int64))
         w = self.store.itemsize
-        pad = PAD_BYTES // w
-        self.pad = pad
+        self.pad = pad_bytes // w + int(offset)
+        self.tail = pad_bytes // w
         u = UINT[w]
-        self._raw = cp.empty(self.size + 2 * pad, dtype=u)
+        self._raw = cp.empty(self.pad + self.size + self.tail, dtype=u)
         self._raw.fill(u(CANARY[w]))
-        self._raw[pad:pad + self.size].fill(u(POISON[w]))
-        self.array = self._raw[pad:pad + self.size].view(self.store).reshape(self.shape)
+        self._raw[self.pad:self.pad + self.size].fill(u(POISON[w]))
+        self.array = self._raw[self.pad:self.pad + self.size].view(self.store).reshape(self.shape)
 
     def problems(self) -> list[str]:
         """Empty if every element was written and both canaries are intact; else what went wrong."""
@@ -56,9 +63,10 @@ class GuardedOutput:
             k = self.pad - int(cp.flatnonzero(before)[0])
             out.append(f"wrote before the start of the output ({k} elements before element 0)")
         if bool(after.any()):
-            k = int(cp.flatnonzero(after)[0])
+            idx = cp.flatnonzero(after)
+            k, last = int(idx[0]), int(idx[-1])
             out.append(f"wrote past the end of the output (element {self.size + k}, {k + 1} past the last "
-                       f"of {self.size})")
+                       f"of {self.size}" + (f"; the farthest {last + 1} past)" if last > k else ")"))
         unwritten = self._raw[self.pad:self.pad + self.size] == u(POISON[w])
         if bool(unwritten.any()):
             idx = cp.flatnonzero(unwritten)
@@ -67,13 +75,20 @@ class GuardedOutput:
                        f"{_index(i, self.shape)}")
         return out
 
-    def values(self):
-        """The output as float64 on the host (bf16 decoded)."""
+    def poison(self) -> None:
+        """Fill the output with the poison again (before a timed launch whose values are checked)."""
+        w = self.store.itemsize
+        self._raw[self.pad:self.pad + self.size].fill(UINT[w](POISON[w]))
+
+    def values(self, xp=np):
+        """The output as float64 (bf16 decoded): on the host (NumPy) by default, or on the GPU (xp=cupy)."""
         from . import bf16
         a = self.array
         if self.dtype_name == "bfloat16":
             a = bf16.from_bits(a)
-        return a.get().astype(np.float64)
+        if xp is np:
+            return a.get().astype(np.float64)
+        return a.astype(xp.float64)
 
 
 def _index(flat: int, shape) -> str:
@@ -99,36 +114,57 @@ class Mismatch:
                 f"expected {_fmt(self.expected)}, got {_fmt(self.got)}")
 
 
-def compare(got, ref, dtype: str = "float32", rtol: float | None = None, atol: float | None = None):
-    """None if `got` matches `ref` (host float arrays), else a Mismatch naming the first bad element.
+CHUNK = 1 << 26     # elements compared at a time on the GPU
+
+
+def compare(got, ref, dtype: str = "float32", rtol: float | None = None, atol: float | None = None, shape=None):
+    """None if `got` matches `ref`, else a Mismatch naming the first bad element (as an index of `shape`
+    when given). Both NumPy arrays (compared on the host) or both CuPy arrays (compared on the GPU, in
+    chunks, so that outputs of billions of elements fit); float64 where they are, else their own dtype.
 
     Tolerance: |got - ref| <= atol + rtol |ref|, with rtol from TOLERANCE[dtype] and atol = rtol x RMS(ref)
     unless given. NaN must meet NaN and an infinity the same infinity.
     """
-    got = np.asarray(got, dtype=np.float64).reshape(-1)
-    ref = np.asarray(ref, dtype=np.float64).reshape(-1)
+    xp = _array_module(got, ref)
+    got = xp.asarray(got).reshape(-1)
+    ref = xp.asarray(ref).reshape(-1)
+    if xp is np:
+        got, ref = got.astype(np.float64), ref.astype(np.float64)
     if got.shape != ref.shape:
-        raise ValueError(f"shape mismatch: got {got.shape}, reference {ref.shape}")
+        raise ValueError(f"shape mismatch: got {got.shape[0]} elements, reference {ref.shape[0]}")
+    n = ref.size
     rtol = TOLERANCE[dtype] if rtol is None else rtol
-    finite = np.isfinite(ref)
     if atol is None:
-        atol = rtol * (float(np.sqrt(np.mean(ref[finite] ** 2))) if finite.any() else 1.0)
+        sq, finite = 0.0, 0
+        for s in range(0, n, CHUNK):
+            r = ref[s:s + CHUNK]
+            fin = xp.isfinite(r)
+            finite += int(fin.sum())
+            v = xp.where(fin, r, 0).astype(xp.float64)
+            sq += float((v * v).sum())
+        atol = rtol * (float(np.sqrt(sq / finite)) if finite else 1.0)
+    count, first = 0, None
     with np.errstate(invalid="ignore"):
-        ok = np.where(finite, np.abs(got - ref) <= atol + rtol * np.abs(ref),
-                      (np.isnan(ref) & np.isnan(got)) | (got == ref))
-    if ok.all():
+        for s in range(0, n, CHUNK):
+            r, g = ref[s:s + CHUNK], got[s:s + CHUNK]
+            ok = xp.where(xp.isfinite(r), xp.abs(g - r) <= atol + rtol * xp.abs(r),
+                          (xp.isnan(r) & xp.isnan(g)) | (g == r))
+            bad = ~ok
+            c = int(bad.sum())
+            if c and first is None:
+                first = s + int(xp.argmax(bad))
+            count += c
+    if not count:
         return None
-    bad = np.flatnonzero(~ok)
-    i = int(bad[0])
-    return Mismatch(int(bad.size), int(ref.size), f"[{i}]", float(ref[i]), float(got[i]))
+    return Mismatch(count, n, _index(first, tuple(shape) if shape is not None else (n,)),
+                    float(ref[first]), float(got[first]))
 
 
-def compare_nd(got, ref, shape, **kw):
-    """compare() that reports the first bad element as a multi-dimensional index of `shape`."""
-    m = compare(got, ref, **kw)
-    if m is not None:
-        m.first = _index(int(m.first.strip("[]")), tuple(shape))
-    return m
+def _array_module(*arrays):
+    if all(isinstance(a, np.ndarray) or np.isscalar(a) for a in arrays):
+        return np
+    import cupy
+    return cupy
 
 
 def expect(name: str, a, *, dtype=None, shape=None, ndim=None, align: int = 16, contiguous: bool = True):

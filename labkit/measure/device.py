@@ -5,7 +5,7 @@ import datetime as _dt
 import functools
 import re
 
-from .errors import NoGPUError
+from ..errors import NoGPUError
 
 
 @functools.lru_cache(maxsize=1)

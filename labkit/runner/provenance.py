@@ -13,11 +13,13 @@ import hashlib
 import re
 from pathlib import Path
 
-from .paths import KERNELS, ROOT
+from .. import chapters as _chapters
+from ..measure.compile import course_headers
+from ..paths import KERNELS, ROOT
 
 KERNEL_REF = re.compile(r"\b(\d\d-[a-z0-9-]+/\d\d_\w+\.(?:cu|py))\b")
 CHAPTER_IMPORT = re.compile(r"from labkit\.chapters import ([\w, ]+)|from \.(ch\d\d) import")
-CHAPTERS = ROOT / "labkit" / "chapters"
+CHAPTERS = Path(_chapters.__file__).resolve().parent
 
 
 def _sha(text: str) -> str:
@@ -35,19 +37,24 @@ def _python_code(text: str) -> str:
 
 
 def kernel_hash(rel: str) -> str:
+    """Hash of a kernel file without its comments, and of the course headers it includes (an edited
+    header in kernels/common/ makes every kernel that includes it a different kernel)."""
     text = (KERNELS / rel).read_text()
-    return _sha(_python_code(text) if rel.endswith(".py") else strip_comments(text))
+    if rel.endswith(".py"):
+        return _sha(_python_code(text))
+    return _sha("\n".join(strip_comments(t) for t in
+                          [text, *((KERNELS / h).read_text() for h in course_headers(text))]))
 
 
 def module_hash(rel: str) -> str:
     """Hash of a chapter module (`labkit/chapters/ch03.py`) without its comments."""
-    return _sha(_python_code((ROOT / rel).read_text()))
+    return _sha(_python_code(_module_text(rel)))
 
 
 def chapter_sources(chapter: str) -> dict[str, str]:
     """Hashes of what a chapter's benchmark records depend on: its kernel files, its chapter module, and
     the chapter modules that module imports with the kernels they name (chapter 03 times chapter 02's kernel)."""
-    from .paths import chapter_dir
+    from ..paths import chapter_dir
     out = {str(f.relative_to(KERNELS)): kernel_hash(str(f.relative_to(KERNELS)))
            for f in sorted(chapter_dir(KERNELS, chapter).iterdir()) if f.suffix in (".cu", ".py")}
     modules = _chapter_closure({f"ch{chapter}"})
@@ -103,6 +110,10 @@ def _chapter_closure(names: set[str]) -> list[str]:
     return sorted(f"labkit/chapters/{name}.py" for name in seen)
 
 
+def _module_text(rel: str) -> str:
+    return (CHAPTERS / Path(rel).name).read_text()
+
+
 def modules_used(nb) -> list[str]:
     """Chapter modules a notebook imports, and those they import in turn ("labkit/chapters/ch02.py"), sorted."""
     return _chapter_closure(set().union(*(_imported_chapters(src) for src in code_cells(nb))))
@@ -110,7 +121,7 @@ def modules_used(nb) -> list[str]:
 
 def _kernels_named(modules, texts=()) -> set[str]:
     """Kernel files ("03-elementwise/02_add_vec128.cu") named in chapter modules (paths) or in other texts."""
-    return {k for t in [*texts, *((ROOT / m).read_text() for m in modules)] for k in KERNEL_REF.findall(t)}
+    return {k for t in [*texts, *(_module_text(m) for m in modules)] for k in KERNEL_REF.findall(t)}
 
 
 def kernels_used(nb) -> list[str]:

@@ -14,8 +14,8 @@ import os
 import re
 from pathlib import Path
 
-from .errors import KernelCompileError
-from .paths import KERNELS
+from ..errors import KernelCompileError
+from ..paths import KERNELS
 
 STD_OPTIONS = ("-std=c++17",)
 ARCHS = ("sm_80", "sm_90", "sm_90a")
@@ -41,6 +41,12 @@ def include_dirs() -> tuple[str, ...]:
     return tuple(d for d in dict.fromkeys(found) if Path(d, "cuda_bf16.h").exists())
 
 
+def course_include_options() -> tuple[str, ...]:
+    """-I options for a kernel: the course's own headers (`#include "common/reductions.cuh"`, from
+    kernels/common/) and the CUDA headers (cuda_bf16.h and friends)."""
+    return (f"-I{KERNELS}",) + tuple(f"-I{d}" for d in include_dirs())
+
+
 def read_source(path_or_source: str | os.PathLike) -> tuple[str, str]:
     """(source text, display name). Accepts a path under kernels/ (absolute or relative) or CUDA source."""
     text = str(path_or_source)
@@ -57,6 +63,35 @@ def read_source(path_or_source: str | os.PathLike) -> tuple[str, str]:
 @functools.lru_cache(maxsize=256)
 def _read_file(path: str, mtime_ns: int) -> str:
     return Path(path).read_text()
+
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+
+
+def course_headers(source: str) -> list[str]:
+    """The course headers (paths under kernels/, e.g. "common/reductions.cuh") that `source` includes,
+    directly or through other course headers, in the order first met."""
+    out: list[str] = []
+    todo = _INCLUDE.findall(source)
+    while todo:
+        rel = todo.pop(0)
+        p = KERNELS / rel
+        if rel in out or not p.is_file():
+            continue
+        out.append(rel)
+        todo += _INCLUDE.findall(p.read_text())
+    return out
+
+
+def _headers_key(source: str) -> tuple[str, ...]:
+    """A -D option naming the content of the course headers a source includes: CuPy caches compiled
+    modules by source text and options, so without it an edited header would be served stale."""
+    rels = course_headers(source)
+    if not rels:
+        return ()
+    import hashlib
+    h = hashlib.sha256("".join((KERNELS / r).read_text() for r in rels).encode()).hexdigest()[:16]
+    return (f"-DLABKIT_COURSE_HEADERS_{h}",)
 
 
 # ---------------------------------------------------------------------------------------------- errors
@@ -95,7 +130,7 @@ def load_module(path_or_source, options=(), name_expressions=None):
 def _load_module(source: str, name: str, options: tuple, name_expressions):
     from .device import require_gpu
     cp = require_gpu("compiling and running a kernel")
-    opts = tuple(STD_OPTIONS) + tuple(f"-I{d}" for d in include_dirs()) + options
+    opts = tuple(STD_OPTIONS) + course_include_options() + _headers_key(source) + options
     try:
         mod = cp.RawModule(code=source, options=opts, name_expressions=name_expressions)
         mod.compile()
@@ -186,7 +221,7 @@ def parse_ptxas(log: str, arch: str) -> PtxasReport:
 def compile_check(path_or_source, arch: str = "sm_90", options=()) -> PtxasReport:
     """Compile for `arch` with NVRTC (no GPU needed) and return ptxas' resource report."""
     source, name = read_source(path_or_source)
-    opts = [f"-arch={arch}", "-Xptxas=-v", *STD_OPTIONS, *nvrtc_no_cache(), *(f"-I{d}" for d in include_dirs()),
+    opts = [f"-arch={arch}", "-Xptxas=-v", *STD_OPTIONS, *nvrtc_no_cache(), *course_include_options(),
             *options]
     ok, log = _nvrtc_compile(source, name, opts)
     if not ok:
