@@ -29,11 +29,13 @@ def toc_pages() -> list[str]:
     return pages
 
 
+@pytest.mark.slow
 def test_book_builds_without_warnings(built_book):
     for page in toc_pages():
         assert (built_book / f"{page}.html").exists(), f"{page} missing from the build"
 
 
+@pytest.mark.slow
 def test_results_tables_render_as_tables(built_book):
     # Markdown outputs of code cells (the recorded results, the labs' tables) must come out as HTML tables,
     # not as rows of pipes: CommonMark alone has no tables.
@@ -46,6 +48,7 @@ def test_results_tables_render_as_tables(built_book):
     assert "<td><p>copy_vec128_flat</p></td>" in (built_book / "labs/01-roofline/lab.html").read_text()
 
 
+@pytest.mark.slow
 def test_math_is_served_locally(built_book):
     html = (built_book / "book/01-roofline/index.html").read_text()
     assert "_static/mathjax/tex-chtml.js" in html
@@ -69,6 +72,7 @@ def server(built_book):
     httpd.shutdown()
 
 
+@pytest.mark.slow
 @pytest.mark.browser
 def test_every_page_renders_in_chromium(server, built_book):
     assert CHROMIUM, "Debian's chromium is not installed (apt-get install chromium); .ci/run installs it"
@@ -115,6 +119,7 @@ def test_every_page_renders_in_chromium(server, built_book):
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.slow
 def test_each_lab_page_says_where_its_outputs_came_from(built_book):
     import sys
     import nbformat

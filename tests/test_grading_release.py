@@ -162,7 +162,7 @@ def test_first_cell_is_the_colab_safe_setup():
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_solutions_and_starters_compile(arch):
     """Every reference solution and every student starter compiles (NVRTC, no GPU needed), without spills."""
-    from labkit.compile import compile_check
+    from labkit.measure.compile import compile_check
     for src in SOLUTIONS:
         nb, student = N.read_notebook(src), N.read_notebook(src.parent / N.STUDENT_NAME)
         for t in T.for_chapter(src.parent.name.split("-")[0]):

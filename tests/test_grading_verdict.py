@@ -97,11 +97,33 @@ def test_hidden_points_without_hidden_cases_go_with_the_public_ones():
     assert v.points == v.max_points == 4 and "no hidden tests" in v.text
 
 
-def test_skipped_shapes_are_not_held_against_the_learner():
-    res = run_of(ADD, [("ok", "")] * 6 + [("skipped", "n=2147483651 needs about 52 GB of GPU memory")],
-                 hidden=[2 ** 31 + 3], speed_case=False)
+def test_a_case_not_run_earns_nothing():
+    """A shape too large for the GPU is "not graded": reported with what it needs, never as points."""
+    res = run_of(ADD, [("ok", "")] * 6 + [("skipped", "n=2147483651 needs about 52 GB of GPU memory, 40 GB are "
+                                                      "free on this GPU")], hidden=[2 ** 31 + 3], speed_case=False)
     v = score(ADD, res, speed_requested=False)
-    assert v.points == 5 and "skipped and not counted against you" in v.text
+    assert v.points == 3 and v.max_points == 5, v.text
+    assert "hidden tests: NOT GRADED, 1 of 1 shapes not run (GPU memory)   0/2" in v.text
+    assert v.lost == ["-2 hidden tests: n=2147483651: NOT GRADED: n=2147483651 needs about 52 GB of GPU memory, "
+                      "40 GB are free on this GPU"]
+    assert "not graded, so their points are not given" in v.text
+    # a not-graded public case costs the public points too, and the speed points with them
+    res = run_of(COPY, [("skipped", "n=0 needs ...")] + [("ok", "")] * 5,
+                 speed=SpeedResult("measured", "x", kernel_ms=0.27, copy_ms=0.26, bytes=8 * 2 ** 27))
+    assert score(COPY, res, speed_requested=True).points == 0
+
+
+def test_max_points_is_computed_once():
+    from labkit.grading.verdict import max_points
+    assert max_points(COPY, public=True, hidden=True, speed=True) == 6
+    assert max_points(COPY, public=True, hidden=True, speed=False) == 4
+    assert max_points(ADD, public=True, hidden=True, speed=True) == 5       # no speed points in this task
+    assert max_points(T.get("01.numbers")) == 8
+    for hidden in (False, True):
+        for speed in (False, True):
+            res = run_of(COPY, [("ok", "")] * 7, hidden=[7] if hidden else [], speed_case=speed)
+            assert score(COPY, res, speed_requested=speed).max_points == max_points(
+                COPY, public=True, hidden=hidden, speed=speed)
 
 
 def test_same_result_same_text():

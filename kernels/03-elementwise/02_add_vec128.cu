@@ -15,15 +15,7 @@
 // Result (NVIDIA H200, 2026-11-30, labs/results/nvidia-h200.json, op "add_bf16"):
 //   vec128 at 268435456: 0.3711 ms, 4340 GB/s, 105.3% of copy, 0.99x torch.add
 #include <cuda_bf16.h>
-
-// Two packed bf16 (low half = lower address) -> their fp32 sum with two more, rounded back (RNE) to bf16.
-__device__ __forceinline__ unsigned int add_bf16x2(unsigned int a, unsigned int b)
-{
-    const float lo = __uint_as_float(a << 16) + __uint_as_float(b << 16);                 // decoding bf16 is exact
-    const float hi = __uint_as_float(a & 0xFFFF0000u) + __uint_as_float(b & 0xFFFF0000u);
-    const __nv_bfloat162 r = __floats2bfloat162_rn(lo, hi);                                 // .x = lo, .y = hi
-    return *reinterpret_cast<const unsigned int*>(&r);
-}
+#include "common/bf16_pack.cuh"   // add_bf16x2: two packed bf16 plus two more, in fp32, rounded back (RNE)
 
 extern "C" __global__ void add_bf16_vec128(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ b,
                                            __nv_bfloat16* __restrict__ y, long long n)

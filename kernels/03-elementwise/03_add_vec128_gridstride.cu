@@ -23,23 +23,11 @@
 //   vec128_gridstride at 268435456: 0.3884 ms, 4146 GB/s, 100.6% of copy, 0.95x torch.add
 // (The lab sweeps the vector width and blocks per SM.)
 #include <cuda_bf16.h>
+#include "common/vector_io.cuh"   // Vec<W>: the type that moves W bf16 per access (W = 2, 4, 8)
+#include "common/bf16_pack.cuh"   // add_bf16x2
 
 #define UNROLL 4
 #define THREADS 256     // the wrapper launches blocks of at most this many threads
-
-template <int W> struct Vec;                                  // W bf16 moved by one access
-template <> struct Vec<2> { typedef unsigned int T; };        // 4 bytes
-template <> struct Vec<4> { typedef uint2 T; };               // 8 bytes
-template <> struct Vec<8> { typedef uint4 T; };               // 16 bytes
-
-// Two packed bf16 (low half = lower address) plus two more, in fp32, rounded back (RNE) to bf16.
-__device__ __forceinline__ unsigned int add_bf16x2(unsigned int a, unsigned int b)
-{
-    const float lo = __uint_as_float(a << 16) + __uint_as_float(b << 16);                 // decoding bf16 is exact
-    const float hi = __uint_as_float(a & 0xFFFF0000u) + __uint_as_float(b & 0xFFFF0000u);
-    const __nv_bfloat162 r = __floats2bfloat162_rn(lo, hi);                                 // .x = lo, .y = hi
-    return *reinterpret_cast<const unsigned int*>(&r);
-}
 
 __device__ __forceinline__ unsigned int add_vec(unsigned int a, unsigned int b) { return add_bf16x2(a, b); }
 __device__ __forceinline__ uint2 add_vec(uint2 a, uint2 b)

@@ -24,55 +24,14 @@
 // Result (NVIDIA H200, 2026-11-30, labs/results/nvidia-h200.json, op "rmsnorm"):
 //   regs at 65536x4096: 0.2607 ms, 4119 GB/s, 99.9% of copy, 1.18x torch.nn.functional.rms_norm
 #include <cuda_bf16.h>
+#include "common/reductions.cuh"   // row_sum
+#include "common/bf16_pack.cuh"    // unpack8, pack2
+#include "common/row_io.cuh"       // keep_packed
+#include "common/row_regs.cuh"     // RowThread, row_thread, load_row
 
 #ifndef VECS_PER_THREAD
 #define VECS_PER_THREAD 4      // 16-byte vectors per thread: 32 bf16 of the row live in 16 registers
 #endif
-#define FULL_MASK 0xffffffffu
-
-__device__ __forceinline__ float warp_sum(float v)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        v += __shfl_xor_sync(FULL_MASK, v, o);   // butterfly: every lane ends with the same total
-    }
-    return v;
-}
-
-// The sum of v over the 2^tpr_log2 threads that own this thread's row. Rows are consecutive groups of
-// tpr threads (tpr a power of two >= 32, the same for the whole block, so the barrier is never
-// divergent). Every thread of the row receives the total. `red` holds one float per warp of the block.
-__device__ __forceinline__ float row_sum(float v, float* red, int tpr_log2)
-{
-    v = warp_sum(v);
-    if (tpr_log2 > 5) {
-        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-        const int wpr = 1 << (tpr_log2 - 5);          // warps per row
-        if (lane == 0) {
-            red[warp] = v;
-        }
-        __syncthreads();
-        v = (lane < wpr) ? red[(warp & ~(wpr - 1)) + lane] : 0.f;
-        v = warp_sum(v);
-    }
-    return v;
-}
-
-// 8 bf16 in a uint4 -> 8 floats (a bf16 is the top half of a float: a shift or a mask)
-__device__ __forceinline__ void unpack8(const uint4 v, float f[8])
-{
-    f[0] = __uint_as_float(v.x << 16); f[1] = __uint_as_float(v.x & 0xffff0000u);
-    f[2] = __uint_as_float(v.y << 16); f[3] = __uint_as_float(v.y & 0xffff0000u);
-    f[4] = __uint_as_float(v.z << 16); f[5] = __uint_as_float(v.z & 0xffff0000u);
-    f[6] = __uint_as_float(v.w << 16); f[7] = __uint_as_float(v.w & 0xffff0000u);
-}
-
-// two floats -> two bf16 (round to nearest even) in one 32-bit word, the first in the low half
-__device__ __forceinline__ unsigned int pack2(float a, float b)
-{
-    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    return *reinterpret_cast<unsigned int*>(&h);
-}
 
 template <int VPT>
 __device__ __forceinline__ void rmsnorm_regs_body(const __nv_bfloat16* __restrict__ x,
@@ -81,21 +40,11 @@ __device__ __forceinline__ void rmsnorm_regs_body(const __nv_bfloat16* __restric
                                                   int M, int N, float eps, int tpr_log2)
 {
     __shared__ float red[32];
-    const int tpr = 1 << tpr_log2;                                     // threads per row
-    const int t = threadIdx.x & (tpr - 1);                             // this thread's place in its row
-    const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> tpr_log2;
-    const bool live = row < M;            // a block's last rows may lie past M: they still join barriers
-    const long long base = (live ? row : 0) * (long long)N;            // 64-bit: M*N may exceed 2^31
-    const int nvec = N >> 3;
-    const uint4* __restrict__ xr = reinterpret_cast<const uint4*>(x + base);
+    const RowThread r = row_thread(M, N, tpr_log2);                   // this thread's row and place in it
 
     // all loads first: VPT independent 16-byte loads in flight per thread
     uint4 v[VPT];
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-        const int i = t + k * tpr;
-        v[k] = (live && i < nvec) ? xr[i] : make_uint4(0u, 0u, 0u, 0u);
-    }
+    load_row(x, r, v, make_uint4(0u, 0u, 0u, 0u));
 
     float ss = 0.f;
 #pragma unroll
@@ -114,18 +63,15 @@ __device__ __forceinline__ void rmsnorm_regs_body(const __nv_bfloat16* __restric
     // Keep the row as packed bf16 (4 registers per vector) across the reduction: without this empty asm
     // the compiler keeps the 8 floats per vector it unpacked above alive instead, twice the registers
     // (fewer resident threads). The asm "may change" v, so the floats are unpacked again below (cheap).
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-        asm volatile("" : "+r"(v[k].x), "+r"(v[k].y), "+r"(v[k].z), "+r"(v[k].w));
-    }
+    keep_packed(v);
 
     // normalise from the registers; w (8 KB for N = 4096) is shared by all rows and stays in L1/L2
     const uint4* __restrict__ wv = reinterpret_cast<const uint4*>(w);
-    uint4* __restrict__ yr = reinterpret_cast<uint4*>(y + base);
+    uint4* __restrict__ yr = reinterpret_cast<uint4*>(y + r.base);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-        const int i = t + k * tpr;
-        if (live && i < nvec) {
+        const int i = r.vec(k);
+        if (r.owns(k)) {
             float f[8], g[8];
             unpack8(v[k], f);
             unpack8(wv[i], g);

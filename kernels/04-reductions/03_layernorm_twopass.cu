@@ -23,94 +23,9 @@
 // Result (NVIDIA H200, 2026-11-30, labs/results/nvidia-h200.json, op "layernorm"):
 //   twopass at 65536x4096: 0.2801 ms, 3833 GB/s, 93.0% of copy, 1.40x torch.nn.functional.layer_norm
 #include <cuda_bf16.h>
-
-#define FULL_MASK 0xffffffffu
-
-__device__ __forceinline__ float warp_sum(float v)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        v += __shfl_xor_sync(FULL_MASK, v, o);
-    }
-    return v;
-}
-
-// sum over the whole block (blockDim a power of two, 32..1024); every thread gets the total
-__device__ __forceinline__ float block_sum(float v, float* red)
-{
-    v = warp_sum(v);
-    const int nwarps = blockDim.x >> 5;
-    if (nwarps > 1) {
-        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-        if (lane == 0) {
-            red[warp] = v;
-        }
-        __syncthreads();
-        v = (lane < nwarps) ? red[lane] : 0.f;
-        v = warp_sum(v);
-    }
-    return v;
-}
-
-__device__ __forceinline__ void unpack8(const uint4 v, float f[8])
-{
-    f[0] = __uint_as_float(v.x << 16); f[1] = __uint_as_float(v.x & 0xffff0000u);
-    f[2] = __uint_as_float(v.y << 16); f[3] = __uint_as_float(v.y & 0xffff0000u);
-    f[4] = __uint_as_float(v.z << 16); f[5] = __uint_as_float(v.z & 0xffff0000u);
-    f[6] = __uint_as_float(v.w << 16); f[7] = __uint_as_float(v.w & 0xffff0000u);
-}
-
-__device__ __forceinline__ unsigned int pack2(float a, float b)
-{
-    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    return *reinterpret_cast<unsigned int*>(&h);
-}
-
-// Call f(value) for each element of the row this thread owns (elements c, c + T, ... in units of
-// 16-byte vectors when N % 8 == 0, else single elements), four loads in flight per step.
-template <typename F>
-__device__ __forceinline__ void for_each_element(const __nv_bfloat16* __restrict__ xr, int N, F f)
-{
-    const int T = blockDim.x;
-    if ((N & 7) == 0) {
-        const int nvec = N >> 3;
-        const uint4* __restrict__ xv = reinterpret_cast<const uint4*>(xr);
-        for (int c = threadIdx.x; c < nvec; c += 4 * T) {
-            uint4 v[4];
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const int i = c + k * T;
-                v[k] = i < nvec ? xv[i] : make_uint4(0u, 0u, 0u, 0u);
-            }
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                if (c + k * T < nvec) {
-                    float e[8];
-                    unpack8(v[k], e);
-#pragma unroll
-                    for (int j = 0; j < 8; ++j) {
-                        f(e[j]);
-                    }
-                }
-            }
-        }
-    } else {
-        for (int c = threadIdx.x; c < N; c += 4 * T) {
-            float e[4];
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const int i = c + k * T;
-                e[k] = i < N ? __bfloat162float(xr[i]) : 0.f;
-            }
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                if (c + k * T < N) {
-                    f(e[k]);
-                }
-            }
-        }
-    }
-}
+#include "common/reductions.cuh"   // block_sum
+#include "common/bf16_pack.cuh"    // unpack8, pack2
+#include "common/row_io.cuh"       // for_each_element
 
 // grid = M blocks, blockDim a power of two from 32 to 512
 extern "C" __global__ void __launch_bounds__(512)

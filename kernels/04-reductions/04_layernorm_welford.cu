@@ -32,11 +32,14 @@
 // Result (NVIDIA H200, 2026-11-30, labs/results/nvidia-h200.json, op "layernorm"):
 //   welford at 65536x4096: 0.2794 ms, 3844 GB/s, 93.3% of copy, 1.40x torch.nn.functional.layer_norm
 #include <cuda_bf16.h>
+#include "common/reductions.cuh"   // FULL_MASK (Chan's merge brings its own shuffles)
+#include "common/bf16_pack.cuh"    // unpack8, pack2
+#include "common/row_io.cuh"       // keep_packed
+#include "common/row_regs.cuh"     // RowThread, row_thread, load_row
 
 #ifndef VECS_PER_THREAD
 #define VECS_PER_THREAD 2      // 16 bf16 per thread: with Welford's extra state, 4 vectors would spill at 32 registers
 #endif
-#define FULL_MASK 0xffffffffu
 
 // Chan's merge of (nb, mean_b, m2b) into (n, mean, m2). Empty sets (n = 0) merge to the other set.
 __device__ __forceinline__ void chan_merge(float& n, float& mean, float& m2, float nb, float mean_b, float m2b)
@@ -98,20 +101,6 @@ __device__ __forceinline__ void row_welford(float& n, float& mean, float& m2, fl
     m2 = __shfl_sync(FULL_MASK, m2, 0);
 }
 
-__device__ __forceinline__ void unpack8(const uint4 v, float f[8])
-{
-    f[0] = __uint_as_float(v.x << 16); f[1] = __uint_as_float(v.x & 0xffff0000u);
-    f[2] = __uint_as_float(v.y << 16); f[3] = __uint_as_float(v.y & 0xffff0000u);
-    f[4] = __uint_as_float(v.z << 16); f[5] = __uint_as_float(v.z & 0xffff0000u);
-    f[6] = __uint_as_float(v.w << 16); f[7] = __uint_as_float(v.w & 0xffff0000u);
-}
-
-__device__ __forceinline__ unsigned int pack2(float a, float b)
-{
-    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    return *reinterpret_cast<unsigned int*>(&h);
-}
-
 // y for one vector of 8: (x - mean) * rstd * w + b
 __device__ __forceinline__ uint4 normalise8(const uint4 xv, const uint4 wv, const uint4 bv, float mean, float rstd)
 {
@@ -135,26 +124,16 @@ __device__ __forceinline__ void layernorm_welford_body(const __nv_bfloat16* __re
                                                        int M, int N, float eps, int tpr_log2)
 {
     __shared__ float rn[32], rmean[32], rm2[32];
-    const int tpr = 1 << tpr_log2;
-    const int t = threadIdx.x & (tpr - 1);
-    const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> tpr_log2;
-    const bool live = row < M;
-    const long long base = (live ? row : 0) * (long long)N;           // 64-bit: M*N may exceed 2^31
-    const int nvec = N >> 3;
-    const uint4* __restrict__ xr = reinterpret_cast<const uint4*>(x + base);
+    const RowThread r = row_thread(M, N, tpr_log2);
 
     uint4 v[VPT];
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-        const int i = t + k * tpr;
-        v[k] = (live && i < nvec) ? xr[i] : make_uint4(0u, 0u, 0u, 0u);
-    }
+    load_row(x, r, v, make_uint4(0u, 0u, 0u, 0u));
 
     // Welford over this thread's elements: the j-th element of vector k is element 8k+j+1 of the thread
     float n = 0.f, mean = 0.f, m2 = 0.f;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-        if (live && t + k * tpr < nvec) {
+        if (r.owns(k)) {
             float f[8];
             unpack8(v[k], f);
 #pragma unroll
@@ -166,21 +145,18 @@ __device__ __forceinline__ void layernorm_welford_body(const __nv_bfloat16* __re
             n = (float)(8 * (k + 1));
         }
     }
-    row_welford(n, mean, m2, rn, rmean, rm2, tpr_log2, nvec == VPT * tpr);   // equal counts: N fills the row's threads
+    row_welford(n, mean, m2, rn, rmean, rm2, tpr_log2, r.nvec == VPT * r.tpr);   // equal counts: N fills the row's threads
     const float rstd = rsqrtf(m2 / (float)N + eps);
     // keep the row packed (4 registers per vector) across the reduction; see 02_rmsnorm_regs.cu
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-        asm volatile("" : "+r"(v[k].x), "+r"(v[k].y), "+r"(v[k].z), "+r"(v[k].w));
-    }
+    keep_packed(v);
 
     const uint4* __restrict__ wv = reinterpret_cast<const uint4*>(w);
     const uint4* __restrict__ bv = reinterpret_cast<const uint4*>(b);
-    uint4* __restrict__ yr = reinterpret_cast<uint4*>(y + base);
+    uint4* __restrict__ yr = reinterpret_cast<uint4*>(y + r.base);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-        const int i = t + k * tpr;
-        if (live && i < nvec) {
+        const int i = r.vec(k);
+        if (r.owns(k)) {
             yr[i] = normalise8(v[k], wv[i], bv[i], mean, rstd);
         }
     }

@@ -25,17 +25,10 @@
 //   online at 16384x32768: 0.5584 ms, 3846 GB/s, 93.3% of copy, 1.66x torch.softmax
 //   online at 65536x4096: 0.3092 ms, 3473 GB/s, 84.3% of copy, 2.69x torch.softmax
 #include <cuda_bf16.h>
-
-#define FULL_MASK 0xffffffffu
-#define LOG2E 1.4426950408889634f
-#define NEG_INF __uint_as_float(0xff800000u)   // -inf (NVRTC has no math.h INFINITY)
-
-__device__ __forceinline__ float fast_exp2(float z)   // 2^z; -inf -> 0, NaN -> NaN
-{
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(z));
-    return r;
-}
+#include "common/fast_exp.cuh"     // fast_exp2, LOG2E, NEG_INF
+#include "common/reductions.cuh"   // FULL_MASK (the (m, d) merge brings its own shuffles)
+#include "common/bf16_pack.cuh"    // unpack8
+#include "common/softmax_out.cuh"  // softmax_write_row
 
 // exp(m_old - m_new): the factor that moves a normaliser from max m_old to max m_new (>= m_old).
 // A state that has seen no finite value (m_old = -inf) is scaled by 0, never by exp(-inf - -inf) = NaN.
@@ -70,20 +63,6 @@ __device__ __forceinline__ void online_update(float& m, float& d, const float* v
     }
     d = d * rescale(m, m_new) + s;
     m = m_new;
-}
-
-__device__ __forceinline__ void unpack8(const uint4 v, float f[8])
-{
-    f[0] = __uint_as_float(v.x << 16); f[1] = __uint_as_float(v.x & 0xffff0000u);
-    f[2] = __uint_as_float(v.y << 16); f[3] = __uint_as_float(v.y & 0xffff0000u);
-    f[4] = __uint_as_float(v.z << 16); f[5] = __uint_as_float(v.z & 0xffff0000u);
-    f[6] = __uint_as_float(v.w << 16); f[7] = __uint_as_float(v.w & 0xffff0000u);
-}
-
-__device__ __forceinline__ unsigned int pack2(float a, float b)
-{
-    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    return *reinterpret_cast<unsigned int*>(&h);
 }
 
 // grid = M blocks, blockDim a power of two from 32 to 1024; any N. At most 32 registers (two 1024-thread
@@ -155,22 +134,5 @@ softmax_online(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ 
     const float inv = 1.f / __shfl_sync(FULL_MASK, d, 0);
 
     // pass 2: y = exp(x - m) / d, re-reading the row
-    if (vec) {
-        uint4* __restrict__ yv = reinterpret_cast<uint4*>(yr);
-#pragma unroll 4
-        for (int i = threadIdx.x; i < nvec; i += T) {
-            float f[8];
-            unpack8(xv[i], f);
-            uint4 o;
-            o.x = pack2(fast_exp2((f[0] - m) * LOG2E) * inv, fast_exp2((f[1] - m) * LOG2E) * inv);
-            o.y = pack2(fast_exp2((f[2] - m) * LOG2E) * inv, fast_exp2((f[3] - m) * LOG2E) * inv);
-            o.z = pack2(fast_exp2((f[4] - m) * LOG2E) * inv, fast_exp2((f[5] - m) * LOG2E) * inv);
-            o.w = pack2(fast_exp2((f[6] - m) * LOG2E) * inv, fast_exp2((f[7] - m) * LOG2E) * inv);
-            yv[i] = o;
-        }
-    } else {
-        for (int i = threadIdx.x; i < N; i += T) {
-            yr[i] = __float2bfloat16_rn(fast_exp2((__bfloat162float(xr[i]) - m) * LOG2E) * inv);
-        }
-    }
+    softmax_write_row(xr, yr, N, m, inv);
 }

@@ -32,6 +32,11 @@
 //   regs at 16384x32768: 0.5205 ms, 4126 GB/s, 100.1% of copy, 1.79x torch.softmax
 //   regs at 65536x4096: 0.2625 ms, 4090 GB/s, 99.3% of copy, 3.17x torch.softmax
 #include <cuda_bf16.h>
+#include "common/fast_exp.cuh"     // fast_exp2, LOG2E, NEG_INF
+#include "common/reductions.cuh"   // row_max, row_sum
+#include "common/bf16_pack.cuh"    // unpack8, pack2
+#include "common/row_io.cuh"       // keep_packed
+#include "common/row_regs.cuh"     // RowThread, row_thread, load_row
 
 #ifndef VECS_PER_THREAD
 #define VECS_PER_THREAD 4          // softmax_regs: 32 elements per thread, their exps kept as fp32
@@ -39,102 +44,18 @@
 #ifndef LONG_VECS_PER_THREAD
 #define LONG_VECS_PER_THREAD 8     // softmax_regs_long: 64 elements per thread, kept as packed bf16
 #endif
-#define FULL_MASK 0xffffffffu
-#define LOG2E 1.4426950408889634f
-#define NEG_INF __uint_as_float(0xff800000u)   // -inf (NVRTC has no math.h INFINITY)
-
-__device__ __forceinline__ float fast_exp2(float z)   // 2^z; -inf -> 0, NaN -> NaN
-{
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(z));
-    return r;
-}
-
-__device__ __forceinline__ float warp_sum(float v)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        v += __shfl_xor_sync(FULL_MASK, v, o);
-    }
-    return v;
-}
-
-__device__ __forceinline__ float warp_max(float v)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
-    }
-    return v;
-}
-
-// Reductions over the 2^tpr_log2 threads of this thread's row (rows are consecutive groups of tpr
-// threads, tpr a power of two >= 32, uniform over the block). Every thread of the row gets the result.
-__device__ __forceinline__ float row_sum(float v, float* red, int tpr_log2)
-{
-    v = warp_sum(v);
-    if (tpr_log2 > 5) {
-        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-        const int wpr = 1 << (tpr_log2 - 5);
-        if (lane == 0) {
-            red[warp] = v;
-        }
-        __syncthreads();
-        v = warp_sum(lane < wpr ? red[(warp & ~(wpr - 1)) + lane] : 0.f);
-    }
-    return v;
-}
-
-__device__ __forceinline__ float row_max(float v, float* red, int tpr_log2)
-{
-    v = warp_max(v);
-    if (tpr_log2 > 5) {
-        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-        const int wpr = 1 << (tpr_log2 - 5);
-        if (lane == 0) {
-            red[warp] = v;
-        }
-        __syncthreads();
-        v = warp_max(lane < wpr ? red[(warp & ~(wpr - 1)) + lane] : NEG_INF);
-    }
-    return v;
-}
-
-__device__ __forceinline__ void unpack8(const uint4 v, float f[8])
-{
-    f[0] = __uint_as_float(v.x << 16); f[1] = __uint_as_float(v.x & 0xffff0000u);
-    f[2] = __uint_as_float(v.y << 16); f[3] = __uint_as_float(v.y & 0xffff0000u);
-    f[4] = __uint_as_float(v.z << 16); f[5] = __uint_as_float(v.z & 0xffff0000u);
-    f[6] = __uint_as_float(v.w << 16); f[7] = __uint_as_float(v.w & 0xffff0000u);
-}
-
-__device__ __forceinline__ unsigned int pack2(float a, float b)
-{
-    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    return *reinterpret_cast<unsigned int*>(&h);
-}
 
 template <int VPT, bool KEEP_EXP>
 __device__ __forceinline__ void softmax_regs_body(const __nv_bfloat16* __restrict__ x,
                                                   __nv_bfloat16* __restrict__ y, int M, int N, int tpr_log2)
 {
     __shared__ float red_max[32], red_sum[32];       // one array per reduction: no barrier between them
-    const int tpr = 1 << tpr_log2;
-    const int t = threadIdx.x & (tpr - 1);
-    const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> tpr_log2;
-    const bool live = row < M;            // a block's last rows may lie past M: they still join barriers
-    const long long base = (live ? row : 0) * (long long)N;           // 64-bit: M*N may exceed 2^31
-    const int nvec = N >> 3;
-    const uint4* __restrict__ xr = reinterpret_cast<const uint4*>(x + base);
+    const RowThread r = row_thread(M, N, tpr_log2);
     const uint4 neg_inf8 = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);  // 8 x bf16 -inf
 
     // all loads first; slots past the row hold -inf, which the max ignores and exp turns into 0
     uint4 v[VPT];
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-        const int i = t + k * tpr;
-        v[k] = (live && i < nvec) ? xr[i] : neg_inf8;
-    }
+    load_row(x, r, v, neg_inf8);
 
     float m = NEG_INF;
 #pragma unroll
@@ -151,11 +72,7 @@ __device__ __forceinline__ void softmax_regs_body(const __nv_bfloat16* __restric
     float e[KEEP_EXP ? VPT : 1][8];
     float s = 0.f;
     if (!KEEP_EXP) {
-        // keep the row packed across the reduction (see 02_rmsnorm_regs.cu): 4 registers per vector
-#pragma unroll
-        for (int k = 0; k < VPT; ++k) {
-            asm volatile("" : "+r"(v[k].x), "+r"(v[k].y), "+r"(v[k].z), "+r"(v[k].w));
-        }
+        keep_packed(v);   // keep the row packed across the reduction: 4 registers per vector
     }
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
@@ -172,17 +89,14 @@ __device__ __forceinline__ void softmax_regs_body(const __nv_bfloat16* __restric
     }
     const float inv = 1.f / row_sum(s, red_sum, tpr_log2);
     if (!KEEP_EXP) {
-#pragma unroll
-        for (int k = 0; k < VPT; ++k) {
-            asm volatile("" : "+r"(v[k].x), "+r"(v[k].y), "+r"(v[k].z), "+r"(v[k].w));
-        }
+        keep_packed(v);
     }
 
-    uint4* __restrict__ yr = reinterpret_cast<uint4*>(y + base);
+    uint4* __restrict__ yr = reinterpret_cast<uint4*>(y + r.base);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-        const int i = t + k * tpr;
-        if (live && i < nvec) {
+        const int i = r.vec(k);
+        if (r.owns(k)) {
             float p[8];
             if (KEEP_EXP) {
 #pragma unroll

@@ -270,14 +270,14 @@ def _torch_baselines(torch, tx, tw, tb):
 
 # --------------------------------------------------------------------------------------- references
 
-def _ref_rmsnorm(x, w, eps=RMS_EPS):
+def ref_rmsnorm(x, w, eps=RMS_EPS):
     if x.size == 0:
         return x.copy()
     with np.errstate(invalid="ignore", over="ignore"):
         return x / np.sqrt(np.mean(x * x, axis=1, keepdims=True) + eps) * w
 
 
-def _ref_layernorm(x, w, b, eps=LN_EPS):
+def ref_layernorm(x, w, b, eps=LN_EPS):
     if x.size == 0:
         return x.copy()
     with np.errstate(invalid="ignore", over="ignore"):
@@ -286,7 +286,7 @@ def _ref_layernorm(x, w, b, eps=LN_EPS):
         return (x - mean) / np.sqrt(var + eps) * w + b
 
 
-def _ref_softmax(x):
+def ref_softmax(x):
     """float64 softmax with torch's conventions spelled out: a row with a NaN, or with every entry
     -inf, is all NaN; -inf entries are 0."""
     out = np.empty_like(x)
@@ -301,7 +301,7 @@ def _ref_softmax(x):
     return out
 
 
-def _bf16_random(cp, shape, scale=1.0, offset=0.0):
+def bf16_random(cp, shape, scale=1.0, offset=0.0):
     """Fresh random bf16 bit patterns (never zeros), and their exact values as float64 on the host."""
     from ..measure import bf16
     f = cp.random.standard_normal(shape, dtype=cp.float32) * np.float32(scale) + np.float32(offset)
@@ -309,7 +309,7 @@ def _bf16_random(cp, shape, scale=1.0, offset=0.0):
     return bits, bf16.from_bits(bits).get().astype(np.float64)
 
 
-def _bf16_from_host(cp, a64):
+def bf16_from_host(cp, a64):
     from ..measure import bf16
     bits = bf16.to_bits(cp.asarray(a64.astype(np.float32)))
     return bits, bf16.from_bits(bits).get().astype(np.float64)
@@ -349,11 +349,11 @@ def _check_rows_op(ctx, cp, op, versions, run, x_bits, x64, params, dtype="bfloa
     w_bits, w64 = params.get("w", (None, None))
     b_bits, b64 = params.get("b", (None, None))
     if op == "rmsnorm":
-        ref = _ref_rmsnorm(x64, w64)
+        ref = ref_rmsnorm(x64, w64)
     elif op == "layernorm":
-        ref = _ref_layernorm(x64, w64, b64)
+        ref = ref_layernorm(x64, w64, b64)
     else:
-        ref = _ref_softmax(x64)
+        ref = ref_softmax(x64)
     for v in versions:
         out = GuardedOutput((M, N), dtype)
         run(v, x_bits, w_bits, b_bits, out.array)
@@ -383,18 +383,18 @@ def check_all(ctx, tri=None):
     import cupy as cp
     rng = np.random.default_rng()
     for M, N in CHECK_SHAPES:
-        x_bits, x64 = _bf16_random(cp, (M, N))
-        params = {"w": _bf16_random(cp, (N,)), "b": _bf16_random(cp, (N,))}
+        x_bits, x64 = bf16_random(cp, (M, N))
+        params = {"w": bf16_random(cp, (N,)), "b": bf16_random(cp, (N,))}
         for op, versions in OPS.items():
             _check_rows_op(ctx, cp, op, versions, _run_ours(op), x_bits, x64, params)
             if tri is not None and op in ("rmsnorm", "softmax") and 0 < M * N and N <= TRITON_MAX_N:
                 _check_rows_op(ctx, cp, op, ("triton",), _run_triton(op, tri), x_bits, x64, params)
     for N in NUMERICS_N:
-        params = {"w": _bf16_random(cp, (N,)), "b": _bf16_random(cp, (N,))}
-        x_bits, x64 = _bf16_from_host(cp, _special_softmax_rows(rng, N))
+        params = {"w": bf16_random(cp, (N,)), "b": bf16_random(cp, (N,))}
+        x_bits, x64 = bf16_from_host(cp, _special_softmax_rows(rng, N))
         _check_rows_op(ctx, cp, "softmax", SOFTMAX_VERSIONS, _run_ours("softmax"), x_bits, x64, params,
                        label=" (numerics: -inf, NaN, +-3e4, bf16 max)")
-        x_bits, x64 = _bf16_from_host(cp, _special_norm_rows(rng, N))
+        x_bits, x64 = bf16_from_host(cp, _special_norm_rows(rng, N))
         for op in ("rmsnorm", "layernorm"):
             _check_rows_op(ctx, cp, op, OPS[op], _run_ours(op), x_bits, x64, params,
                            label=" (numerics: NaN, +-3e4, offset mean, tiny)")
@@ -447,9 +447,9 @@ def benchmarks(ctx):
 
     # ---- 65536 x 4096 (8192 x 4096 quick): rmsnorm, layernorm, softmax
     M, N = (8192, 4096) if ctx.quick else (65536, 4096)
-    x, _ = _bf16_random(cp, (M, N))
-    w, _ = _bf16_random(cp, (N,))
-    b, _ = _bf16_random(cp, (N,))
+    x, _ = bf16_random(cp, (M, N))
+    w, _ = bf16_random(cp, (N,))
+    b, _ = bf16_random(cp, (N,))
     y = cp.empty_like(x)
     base = {}
     if torch is not None:
@@ -479,7 +479,7 @@ def benchmarks(ctx):
 
     # ---- softmax on long rows: 16384 x 32768 (2048 x 32768 quick)
     M, N = (2048, 32768) if ctx.quick else (16384, 32768)
-    x, _ = _bf16_random(cp, (M, N))
+    x, _ = bf16_random(cp, (M, N))
     y = cp.empty_like(x)
     sbase = no_base
     if torch is not None:
@@ -544,9 +544,9 @@ def sweep_row_lengths(lengths=SWEEP_LENGTHS, total_elements: int = 2 ** 28, prog
     bar = tqdm(total=len(lengths) * len(runs), desc="row lengths", disable=not progress, file=sys.stdout)
     for N in lengths:
         M = max(1, total_elements // N)
-        x, _ = _bf16_random(cp, (M, N))
-        w, _ = _bf16_random(cp, (N,))
-        b, _ = _bf16_random(cp, (N,))
+        x, _ = bf16_random(cp, (M, N))
+        w, _ = bf16_random(cp, (N,))
+        b, _ = bf16_random(cp, (N,))
         y = cp.empty_like(x)
         t = tuple(as_torch_bf16(a) for a in (x, w, b, y)) if torch is not None else None
         for label, op, make in runs:

@@ -9,27 +9,36 @@ In a notebook:
 
 `grade` never runs the learner's kernel in the notebook's own process: a crash or an endless loop ends
 only the worker, and the next `grade` works.
+
+A new chapter's exercises go in `labkit/grading/chNN.py`, which exports `TASKS = (...)` of
+`tasks.KernelTask` / `tasks.NumericTask` (see tasks.py for the fields); nothing else needs to change.
 """
 from __future__ import annotations
 
+import os
 import re
 
-from ..errors import LabkitError
+from ..errors import KernelCompileError, LabkitError
+from ..measure.compile import compile_check
+from ..measure.device import has_gpu
+from . import tasks as T
+from .answers import check
+from .sources import source_problem
+from .supervisor import run_task
+from .verdict import CaseResult, RunResult, score
 
 __all__ = ["grade", "check_answers"]
 
 
 def grade(task_id: str, source: str, *, shapes=None, hidden: bool = False, speed: bool | None = None,
-          timeout: float | None = None):
+          timeout: float | None = None, seed: int | None = None):
     """Compile and check the CUDA `source` of exercise `task_id`; returns the Verdict (shown as text).
 
-    shapes: the shapes to run (default: the exercise's public shapes); hidden=True marks them as hidden
+    shapes: the shapes to run (default: the exercise's public shapes; with hidden=True and no shapes, the
+    hidden shapes drawn from `seed`, else $LABKIT_GRADE_SEED, else 0). hidden=True marks them as hidden
     tests (the instructor's cells). speed: time the kernel against cupy.copyto (default: yes, for the
     public shapes). timeout: an overall limit in seconds (each shape has its own limit anyway).
     """
-    from . import tasks as T
-    from .runner import run_task
-    from .verdict import RunResult, score
     task = T.get(task_id)
     if isinstance(task, T.NumericTask):
         raise LabkitError(f"{task_id} is a numeric exercise: use check_answers({task_id!r}, answers)")
@@ -39,12 +48,15 @@ def grade(task_id: str, source: str, *, shapes=None, hidden: bool = False, speed
     if speed is None:
         speed = shapes is None and not hidden
     speed = bool(speed) and task.speed_shape is not None
-    cases = task.cases(shapes, hidden=hidden, speed=speed)
-    from ..device import has_gpu
+    if hidden and shapes is None:
+        s = int(seed if seed is not None else os.environ.get("LABKIT_GRADE_SEED") or 0)
+        cases = task.cases(None, speed=speed) if speed else []
+        cases += task.hidden_cases(s)
+    else:
+        cases = task.cases(shapes, hidden=hidden, speed=speed)
     if has_gpu():
         run = run_task(task, source, cases, speed=speed, total_timeout=timeout)
     else:
-        from .verdict import CaseResult
         run = RunResult(task.id, [CaseResult(c.label, c.hidden, c.role) for c in cases])
         err = compile_error_without_gpu(task, source)
         if err:
@@ -57,8 +69,9 @@ def grade(task_id: str, source: str, *, shapes=None, hidden: bool = False, speed
 
 def compile_error_without_gpu(task, source: str) -> str | None:
     """The compile error NVRTC reports for `source` (no GPU needed), or None when it compiles."""
-    from ..compile import compile_check
-    from ..errors import KernelCompileError
+    problem = source_problem(source)
+    if problem:
+        return problem
     try:
         compile_check(source, "sm_90")
     except KernelCompileError as e:
@@ -72,8 +85,6 @@ def compile_error_without_gpu(task, source: str) -> str | None:
 
 def check_answers(task_id: str, answers: dict):
     """Check the numeric answers of exercise `task_id`; returns the verdict (shown as text)."""
-    from . import tasks as T
-    from .answers import check
     task = T.get(task_id)
     if not isinstance(task, T.NumericTask):
         raise LabkitError(f"{task_id} is a kernel exercise: use grade({task_id!r}, source)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from .notebook import NotStatic
+from .extract import NotStatic
 from .verdict import Verdict
 
 

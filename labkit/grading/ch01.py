@@ -1,8 +1,8 @@
 """Chapter 01 exercises: the roofline numbers, and a grid-stride copy probe."""
 from __future__ import annotations
 
-from ..ceilings import DATASHEET
-from .tasks import KernelTask, NumericTask, Question, register
+from ..measure.ceilings import DATASHEET
+from .tasks import KernelTask, NumericTask, Question, plant, primes_between
 
 H200 = DATASHEET["H200"]
 BW = H200["bandwidth_gbps"] * 1e9          # bytes/s
@@ -42,8 +42,19 @@ numbers = NumericTask(
     ])
 
 
+# a copy is exact: NaN, infinities, a subnormal, -0 and the largest float all come through unchanged
+SPECIALS = (float("nan"), float("inf"), float("-inf"), 1e-40, -0.0, 3.4e38, -3.4e38)
+
+
 def _inputs(case, gen):
-    return {"x": (gen.normal(case.shape, "f32"), "f32")}
+    return {"x": (plant(gen.normal(case.shape, "f32"), "f32", SPECIALS), "f32")}
+
+
+def _hidden(rng):
+    """Fixed edge cases (a prime, one past a block of 256, > 2^31 elements: 64-bit indexing), and a
+    prime and a size near 2^24 drawn for this batch."""
+    return [7, 257, 65521, 2 ** 31 + 5, primes_between(rng, 10_000, 2_000_000),
+            (1 << 24) + rng.randrange(1, 4096)]
 
 
 def _reference(xp, ins, case):
@@ -70,6 +81,8 @@ copy_probe = KernelTask(
     speed_shape=2 ** 27, speed_threshold=90.0,
     points_correct=3, points_hidden=1, points_speed=2,
     rtol=0.0, atol=0.0,
+    hidden_shapes=_hidden,
+    ref_temps=1,
 )
 
-register(numbers, copy_probe)
+TASKS = (numbers, copy_probe)

@@ -1,7 +1,7 @@
 """Chapter 02 exercises: launch arithmetic, y = x + b for any n, and a bias added along columns."""
 from __future__ import annotations
 
-from .tasks import KernelTask, NumericTask, Question, register
+from .tasks import KernelTask, NumericTask, Question, plant, primes_between
 
 numbers = NumericTask(
     id="02.numbers",
@@ -21,9 +21,20 @@ numbers = NumericTask(
 
 # --------------------------------------------------------------------------------- add_any_n (bf16)
 
+# NaN and infinities propagate; huge and subnormal bf16 values are added in fp32 like any other
+SPECIALS_X = (float("nan"), float("inf"), float("-inf"), 1e30, -1e30, 1e-39, 3e38)
+SPECIALS_B = (float("-inf"), float("nan"), 2.0, -1e30, 1e-39, float("inf"), -3e38)
+
+
 def _add_inputs(case, gen):
     n = case.shape
-    return {"x": (gen.normal(n, "bf16"), "bf16"), "b": (gen.normal(n, "bf16"), "bf16")}
+    return {"x": (plant(gen.normal(n, "bf16"), "bf16", SPECIALS_X), "bf16"),
+            "b": (plant(gen.normal(n, "bf16"), "bf16", SPECIALS_B, start=5), "bf16")}
+
+
+def _add_hidden(rng):
+    """Fixed: tiny sizes, one past a block, > 2^31 elements (32-bit indices overflow); drawn: a prime."""
+    return [3, 511, 2 ** 31 + 3, primes_between(rng, 100_000, 5_000_000)]
 
 
 def _add_reference(xp, ins, case):
@@ -53,6 +64,9 @@ add_any_n = KernelTask(
     # of the copy bandwidth (chapter 03 is where it gets fast), so this task has no speed points
     speed_shape=2 ** 28, speed_threshold=None,
     points_correct=3, points_hidden=2, points_speed=0,
+    hidden_shapes=_add_hidden,
+    ref_temps=1,
+    atol=0.03,       # fixed: the planted huge values would make a default atol (rtol x RMS) huge too
 )
 
 
@@ -60,7 +74,14 @@ add_any_n = KernelTask(
 
 def _bias_inputs(case, gen):
     rows, cols = case.shape
-    return {"x": (gen.normal((rows, cols), "f32"), "f32"), "b": (gen.normal(cols, "f32"), "f32")}
+    return {"x": (plant(gen.normal((rows, cols), "f32"), "f32", (float("nan"), float("inf"), 1e38, -1e38)), "f32"),
+            "b": (plant(gen.normal(cols, "f32"), "f32", (float("-inf"), 1e-40), min_size=16), "f32")}
+
+
+def _bias_hidden(rng):
+    """Fixed: a single row or column, non-multiples of the 16 x 16 block; drawn: a prime by a prime."""
+    return [(4097, 1), (1, 4097), (33, 17), (2, 70001),
+            (primes_between(rng, 100, 3000), primes_between(rng, 100, 3000))]
 
 
 def _bias_reference(xp, ins, case):
@@ -90,6 +111,9 @@ bias_cols = KernelTask(
                 "columns, y along rows",
     speed_shape=(8192, 8192), speed_threshold=None,
     points_correct=3, points_hidden=1, points_speed=0,
+    hidden_shapes=_bias_hidden,
+    ref_temps=1,
+    atol=2e-5,
 )
 
-register(numbers, add_any_n, bias_cols)
+TASKS = (numbers, add_any_n, bias_cols)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .tasks import KernelTask, NumericTask, Question, register
+from .tasks import KernelTask, NumericTask, Question, plant, primes_between
 
 numbers = NumericTask(
     id="03.numbers",
@@ -31,7 +31,19 @@ def _vec_inputs(case, gen):
     n = case.shape
     ox = 1 if case.variant in ("all+1", "x+1") else 0
     ob = 1 if case.variant == "all+1" else 0
-    return {"x": (gen.normal(n, "bf16", offset=ox), "bf16"), "b": (gen.normal(n, "bf16", offset=ob), "bf16")}
+    return {"x": (plant(gen.normal(n, "bf16", offset=ox), "bf16", SPECIALS_X), "bf16"),
+            "b": (plant(gen.normal(n, "bf16", offset=ob), "bf16", SPECIALS_B, start=3), "bf16")}
+
+
+SPECIALS_X = (float("nan"), float("inf"), float("-inf"), 1e30, -1e30, 1e-39, 3e38)
+SPECIALS_B = (float("-inf"), float("nan"), 2.0, -1e30, 1e-39, float("inf"), -3e38)
+
+
+def _vec_hidden(rng):
+    """Fixed: tails of every length around one vector of 8, > 2^31 elements; drawn: a prime, and a
+    multiple of 8 plus a random tail."""
+    return [15, 17, 4099, 2 ** 31 + 11, primes_between(rng, 100_000, 5_000_000),
+            8 * rng.randrange(1000, 100_000) + rng.randrange(1, 8)]
 
 
 def _vec_reference(xp, ins, case):
@@ -60,6 +72,10 @@ vec_add = KernelTask(
     variants=lambda n: [None, "all+1", "x+1"] if n else [None],
     variant_text=_VARIANT,
     out_offset=lambda variant: 1 if variant == "all+1" else 0,
+    hidden_shapes=_vec_hidden,
+    ref_temps=1,
+    atol=0.03,       # fixed: the planted huge values would make a default atol (rtol x RMS) huge too
+    flops=lambda n: n,
 )
 
 
@@ -67,13 +83,23 @@ vec_add = KernelTask(
 
 def _gelu_inputs(case, gen):
     rows, cols = case.shape
-    return {"x": (gen.normal((rows, cols), "bf16", scale=1.5), "bf16"),
+    # large |x| (tanh's argument overflows in fp32; e^(2u) / (e^(2u) + 1) gives inf / inf), infinities, NaN
+    x = plant(gen.normal((rows, cols), "bf16", scale=1.5), "bf16",
+              (float("nan"), float("inf"), 1e30, -1e30, 12.0, -12.0, 88.0, -88.0, 3e38, -3e38))
+    return {"x": (x, "bf16"),
             "b": (gen.normal(cols, "bf16", scale=0.5), "bf16")}
 
 
 def _gelu_reference(xp, ins, case):
     v = ins["x"] + ins["b"][None, :]
     return 0.5 * v * (1.0 + xp.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v * v * v)))
+
+
+def _gelu_hidden(rng):
+    """Fixed: one row of 8, a prime number of columns, many short rows, more than 2^31 elements (the row
+    times column product overflows an int); drawn: a prime by a prime."""
+    return [(1, 8), (5, 12289), (1025, 8), (262145, 8192),
+            (primes_between(rng, 10, 2000), primes_between(rng, 1000, 20000))]
 
 
 def _gelu_launch(k, ins, out, case, ctx):
@@ -96,6 +122,10 @@ bias_gelu = KernelTask(
     launch_text="grid = 8 blocks per SM, 256 threads per block, a 1-D grid over all rows x cols elements",
     speed_shape=(8192, 8192), speed_threshold=80.0,
     points_correct=3, points_hidden=1, points_speed=2,
+    hidden_shapes=_gelu_hidden,
+    ref_temps=6,
+    atol=0.03,
+    flops=lambda s: 10 * s[0] * s[1],
 )
 
-register(numbers, vec_add, bias_gelu)
+TASKS = (numbers, vec_add, bias_gelu)

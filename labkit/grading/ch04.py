@@ -2,7 +2,7 @@
 rows too long for registers."""
 from __future__ import annotations
 
-from .tasks import KernelTask, NumericTask, Question, register
+from .tasks import KernelTask, NumericTask, Question, primes_between
 
 numbers = NumericTask(
     id="04.numbers",
@@ -30,7 +30,14 @@ EPS = 1e-6
 
 def _rms_inputs(case, gen):
     rows, cols = case.shape
-    return {"x": (gen.normal((rows, cols), "bf16", scale=2.0), "bf16"),
+    x = gen.normal((rows, cols), "bf16", scale=2.0)
+    if rows >= 2:
+        x[1, :] = 0                              # an all-zero row: 0 / sqrt(0) without eps
+    if rows >= 3:
+        x[2, :] = gen.normal(cols, "bf16", scale=3000.0)   # large magnitudes: squares summed in fp32
+    if rows >= 4:
+        x[3, :] = gen.normal(cols, "bf16", scale=1e-30)    # tiny ones: their squares underflow to 0
+    return {"x": (x, "bf16"),
             "w": (gen.normal(cols, "bf16", scale=0.1, shift=1.0), "bf16")}
 
 
@@ -38,6 +45,13 @@ def _rms_reference(xp, ins, case):
     x = ins["x"]
     ms = (x * x).mean(axis=1, keepdims=True)
     return x / xp.sqrt(ms + EPS) * ins["w"][None, :]
+
+
+def _rms_hidden(rng):
+    """Fixed: one long prime row, a column count just under a multiple of 256, more than 2^31 elements
+    (row * cols overflows an int); drawn: a prime number of rows by a prime number of columns."""
+    return [(1, 100003), (64, 8191), (524290, 4097),
+            (primes_between(rng, 5, 500), primes_between(rng, 300, 20000))]
 
 
 def _rms_launch(k, ins, out, case, ctx):
@@ -58,9 +72,14 @@ rmsnorm = KernelTask(
     inputs=_rms_inputs, reference=_rms_reference, launch=_rms_launch,
     out_shape=lambda s: tuple(s), out_dtype="bfloat16",
     bytes_moved=lambda s: 2 * (2 * s[0] * s[1] + s[1]),
-    launch_text="one block of 256 threads per row: grid = rows, eps = 1e-6",
+    launch_text="one block of 256 threads per row: grid = rows, eps = 1e-6. Row 1 (when there is one) is all "
+                "zeros, row 2 has values near 3000, row 3 values near 1e-30",
     speed_shape=(8192, 4096), speed_threshold=80.0,
     points_correct=3, points_hidden=1, points_speed=2,
+    hidden_shapes=_rms_hidden,
+    ref_temps=4,
+    atol=0.02,
+    flops=lambda s: 4 * s[0] * s[1],
 )
 
 
@@ -76,6 +95,8 @@ def _sm_inputs(case, gen):
         x[2, ::3] = -cp.inf                      # a partly masked row
     if rows >= 4:
         x[3, :] = x[3, :] * 1000.0 + 5000.0      # large magnitudes: exp overflows without the max
+    if rows >= 5:
+        x[4, cols // 2] = cp.nan                 # a NaN: the whole row is NaN, like torch
     return {"x": (x, "f32")}
 
 
@@ -84,6 +105,11 @@ def _sm_reference(xp, ins, case):
     m = x.max(axis=1, keepdims=True)
     e = xp.exp(x - m)                            # a fully masked row: -inf - -inf = NaN, as in torch
     return e / e.sum(axis=1, keepdims=True)
+
+
+def _sm_hidden(rng):
+    """Fixed: rows longer than 2^21, a single row of 513, masked rows (64 rows); drawn: a prime length."""
+    return [(3, 2000003), (1, 513), (64, 12345), (8, primes_between(rng, 100_000, 3_000_000))]
 
 
 def _sm_launch(k, ins, out, case, ctx):
@@ -104,10 +130,13 @@ online_softmax = KernelTask(
     out_shape=lambda s: tuple(s), out_dtype="float32",
     bytes_moved=lambda s: 8 * s[0] * s[1],
     launch_text="one block of 512 threads per row: grid = rows. Row 1 (when there is one) is all -inf, "
-                "row 2 has every third element -inf, row 3 has values near 5000",
+                "row 2 has every third element -inf, row 3 has values near 5000, row 4 holds a NaN",
     speed_shape=None, speed_threshold=None,
     points_correct=4, points_hidden=1, points_speed=0,
     rtol=1e-4,   # fp32 sums over a million terms: 1e-5 would flag the rounding of a correct kernel
+    hidden_shapes=_sm_hidden,
+    ref_temps=4,
+    flops=lambda s: 5 * s[0] * s[1],
 )
 
-register(numbers, rmsnorm, online_softmax)
+TASKS = (numbers, rmsnorm, online_softmax)

@@ -2,8 +2,9 @@
 
 The parent never launches the learner's kernel. A kernel that faults ends only the worker; one that hangs
 is stopped by killing the worker when the step it is in runs past its time limit (each case has its own;
-an overall limit can be given too). Either way the parent builds a RunResult from what the worker
-reported before, and the next run starts a fresh worker.
+an overall limit covers everything, start-up and compile included). Either way the parent builds a
+RunResult from what the worker reported before, and the next run starts a fresh worker. The messages are
+the dataclasses of `messages`.
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import dataclasses
 import multiprocessing
 import time
 
+from . import worker
+from .messages import CaseDone, CompileFailed, Done, Fault, GraderError, SpeedDone, Stage
 from .verdict import ERROR, FAULT, NOTRUN, TIMEOUT, CaseResult, RunResult, SpeedResult
 from .worker import DEFAULT_BUDGETS
 
@@ -20,13 +23,13 @@ def _fmt_s(s: float) -> str:
 
 
 def run_task(task, source: str, cases, *, speed: bool, total_timeout: float | None = None,
-             budgets: dict | None = None, target=None) -> RunResult:
+             budgets: dict | None = None, target=None, device=None) -> RunResult:
     """Grade `source` for `task` on `cases` (tasks.Case) in a spawned worker; never raises for anything
-    the learner's code does. `target` replaces the worker's entry point (tests)."""
-    from . import worker
+    the learner's code does. `device`: the CUDA_VISIBLE_DEVICES of the worker (one GPU); `target` replaces
+    the worker's entry point (tests)."""
     budgets = {**DEFAULT_BUDGETS, **(budgets or {})}
     result = RunResult(task.id, [CaseResult(c.label, c.hidden, c.role) for c in cases])
-    request = {"task": task.id, "source": source, "speed": speed, "budgets": budgets,
+    request = {"task": task.id, "source": source, "speed": speed, "budgets": budgets, "device": device,
                "cases": [dataclasses.asdict(c) for c in cases]}
     mp = multiprocessing.get_context("spawn")
     recv, send = mp.Pipe(duplex=False)
@@ -51,37 +54,40 @@ def run_task(task, source: str, cases, *, speed: bool, total_timeout: float | No
                 proc.join(5)
                 _died(result, stage, index, proc.exitcode)
                 break
-            kind = msg[0]
-            if kind == "stage":
-                _, stage, index, limit = msg
+            if isinstance(msg, Stage):
+                stage, index, limit = msg.kind, msg.index, msg.seconds
                 stage_end = time.monotonic() + limit
-            elif kind == "compile_error":
-                result.compile_error = msg[1]
+            elif isinstance(msg, CompileFailed):
+                result.compile_error = msg.message
                 break
-            elif kind == "case":
-                _, i, status, detail = msg
-                result.cases[i].status, result.cases[i].detail = status, detail
-                stage, index = "between", i         # until the worker names its next step
-            elif kind == "speed":
-                result.speed = SpeedResult(**msg[1])
-            elif kind == "fault":
-                _, i, text = msg
-                if i is None:
-                    result.speed = SpeedResult("fault", detail=f"CRASH while timing: {text}")
+            elif isinstance(msg, CaseDone):
+                c = result.cases[msg.index]
+                c.status, c.detail = msg.status, msg.detail
+                if stage == "case" and index == msg.index:
+                    stage = "between"               # until the worker names its next step
+            elif isinstance(msg, SpeedDone):
+                result.speed = SpeedResult(**dataclasses.asdict(msg))
+            elif isinstance(msg, Fault):
+                if msg.index is None:
+                    result.speed = SpeedResult("fault", detail=f"CRASH while timing: {msg.message}")
                 else:
-                    result.cases[i].status, result.cases[i].detail = FAULT, text
-                _not_run(result, i, "after the crash above")
+                    result.cases[msg.index].status, result.cases[msg.index].detail = FAULT, msg.message
+                _not_run(result, msg.index, "after the crash above")
                 break
-            elif kind == "error":
-                _, i, text = msg
+            elif isinstance(msg, GraderError):
+                text = msg.traceback
                 last = text.strip().splitlines()[-1] if text.strip() else "unknown"
-                if i is None:
+                if msg.index is None:
                     result.crash = f"grader error (please report it): {last}"
                 else:
-                    result.cases[i].status, result.cases[i].detail = ERROR, f"please report it: {last}"
-                    _not_run(result, i, "after the grader error above")
+                    result.cases[msg.index].status = ERROR
+                    result.cases[msg.index].detail = f"please report it: {last}"
+                    _not_run(result, msg.index, "after the grader error above")
                 break
-            elif kind == "done":
+            elif isinstance(msg, Done):
+                break
+            else:
+                result.crash = f"grader error (please report it): unknown worker message {type(msg).__name__}"
                 break
     finally:
         recv.close()
@@ -111,9 +117,10 @@ def _time_out(result: RunResult, stage: str, index, limit: float, overall: float
     elif stage == "between":
         _not_run(result, index, why)
     elif stage == "compile":
-        result.crash = f"compiling took too long: {why}"
+        result.compile_error = f"compiling took too long: {why}"
     else:
         result.crash = f"the grading worker did not start: {why}"
+        _not_run(result, None, why)
 
 
 def _died(result: RunResult, stage: str, index, exitcode):
@@ -126,5 +133,7 @@ def _died(result: RunResult, stage: str, index, exitcode):
         result.speed = SpeedResult("fault", detail=f"CRASH while timing: {why}")
     elif stage == "between":
         _not_run(result, index, why)
+    elif stage == "compile":
+        result.compile_error = f"{why} while compiling or loading the module (the learner's source)"
     else:
         result.crash = f"{why} during {stage}"

@@ -3,39 +3,64 @@
 Two kinds of task:
 - `KernelTask`: the learner writes one CUDA kernel with a fixed name and signature (the starter code fixes
   both); the grader launches it with a fixed configuration on the task's shapes, in a worker process,
-  checks it against a float64 reference with poisoned, canary-padded outputs, then times it against
-  `cupy.copyto` moving the same bytes.
+  checks it against a float64 reference computed from inputs the kernel never sees (before the launch),
+  with poisoned outputs inside 64 KiB canary pads, checks that the inputs were left as they were, then
+  times it (every timed launch re-poisoned and its output compared) against `cupy.copyto` on the same bytes.
 - `NumericTask`: a few numbers (bytes moved, FLOP/B, occupancy) checked with a tolerance.
 
-The specs live in one module per chapter (labkit/grading/ch01.py ...). Everything here is importable
-without a GPU; the functions that build inputs or launch kernels import CuPy when they run.
+The specs live in one module per chapter, `labkit/grading/chNN.py`, each exporting its tasks as a module
+constant `TASKS = (numbers, copy_probe, ...)`. The registry finds those modules with pkgutil (adding
+`labkit/grading/ch05.py` is all a new chapter needs; nothing is registered as an import side effect).
+
+Hidden tests: a KernelTask's `hidden_shapes(rng)` returns the hidden shapes for one batch, drawn from
+`rng` (a `random.Random` seeded by the instructor's seed and the task id), fixed edge cases among them.
+
+Everything here is importable without a GPU; the functions that build inputs or launch kernels import
+CuPy when they run.
 """
 from __future__ import annotations
 
 import dataclasses
 import importlib
 import math
+import pkgutil
+import random
+import re
+import struct
 import zlib
 from typing import Any, Callable
 
-CHAPTER_MODULES = ("ch01", "ch02", "ch03", "ch04")
+from .. import grading as _package
+from ..errors import LabkitError
+from ..measure import bf16
+from ..measure.device import sm_count
 
 # a shape is an int (a vector of n elements) or a tuple (rows, cols)
 Shape = Any
 
+_MODULE = re.compile(r"^ch\d\d$")
+
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """One run of the learner's kernel: a shape, a layout variant, public or hidden, and its seed."""
+    """One run of the learner's kernel: a shape, a layout variant, public or hidden, and its seed.
+
+    salt: mixed into the input seed (hidden cases use the batch's seed, so inputs change with it)."""
     label: str
     shape: Shape
     variant: str | None = None
     hidden: bool = False
     role: str = "check"          # "check", or "speed": the shape that is also timed
+    salt: int = 0
 
     @property
     def seed(self) -> int:
-        return zlib.crc32(f"{self.shape}|{self.variant}".encode())
+        extra = f"|{self.salt}" if self.salt else ""
+        return zlib.crc32(f"{self.shape}|{self.variant}{extra}".encode())
+
+
+def _no_hidden(rng):
+    return []
 
 
 @dataclasses.dataclass
@@ -58,11 +83,14 @@ class KernelTask:
     points_correct: int = 3
     points_hidden: int = 1
     points_speed: int = 2
-    rtol: float | None = None                 # None: labkit.checks.TOLERANCE[out_dtype]
+    rtol: float | None = None                 # None: labkit.measure.checks.TOLERANCE[out_dtype]
     atol: float | None = None
     variants: Callable = lambda shape: [None]        # layouts to test each shape in
     variant_text: dict = dataclasses.field(default_factory=dict)
     out_offset: Callable = lambda variant: 0         # output starts this many elements past 16-byte alignment
+    hidden_shapes: Callable = _no_hidden             # rng -> hidden shapes for one batch (edge cases included)
+    flops: Callable = lambda shape: 0                # shape -> floating-point operations (the compute floor)
+    ref_temps: int = 4                               # output-sized temporaries the reference makes (memory)
 
     @property
     def chapter(self) -> str:
@@ -70,22 +98,35 @@ class KernelTask:
 
     @property
     def max_points(self) -> int:
+        """Everything this task can give (public, hidden, speed); what one run can give: verdict.max_points."""
         return self.points_correct + self.points_hidden + (self.points_speed if self.speed_threshold else 0)
 
     def label(self, shape, variant=None) -> str:
         base = f"n={shape}" if isinstance(shape, int) else "x".join(str(s) for s in shape)
         return base + (f" ({self.variant_text.get(variant, variant)})" if variant else "")
 
-    def cases(self, shapes=None, hidden: bool = False, speed: bool = False) -> list[Case]:
+    def cases(self, shapes=None, hidden: bool = False, speed: bool = False, salt: int = 0) -> list[Case]:
         shapes = self.shapes if shapes is None else shapes
-        out = [Case(self.label(s, v), s, v, hidden) for s in map(norm_shape, shapes) for v in self.variants(s)]
+        out = [Case(self.label(s, v), s, v, hidden, salt=salt) for s in map(norm_shape, shapes)
+               for v in self.variants(s)]
         if speed and self.speed_shape is not None:
             s = norm_shape(self.speed_shape)
             out.append(Case(self.label(s) + " (speed shape)", s, None, hidden, role="speed"))
         return out
 
+    def draw_hidden(self, seed: int) -> list:
+        """The hidden shapes of a batch graded with `seed` (the same seed, the same shapes)."""
+        rng = random.Random(f"{int(seed)}|{self.id}")
+        return [norm_shape(s) for s in self.hidden_shapes(rng)]
+
+    def hidden_cases(self, seed: int) -> list[Case]:
+        return self.cases(self.draw_hidden(seed), hidden=True, salt=int(seed) % (1 << 31) or 1)
+
     def elements(self, shape) -> int:
         return math.prod(self.out_shape(norm_shape(shape)))
+
+    def out_itemsize(self) -> int:
+        return 2 if self.out_dtype == "bfloat16" else 4
 
     def case_seconds(self, shape, base: float) -> float:
         """The time limit of one case: `base` seconds, plus 2 s per GB the case moves (huge shapes)."""
@@ -130,28 +171,77 @@ def norm_shape(s):
 _TASKS: dict[str, Any] = {}
 
 
-def register(*tasks):
-    for t in tasks:
-        _TASKS[t.id] = t
+def modules(path=None) -> list[str]:
+    """Names of the grading modules (chNN) on the package path (or `path`), sorted."""
+    return sorted(i.name for i in pkgutil.iter_modules(path if path is not None else _package.__path__)
+                  if _MODULE.match(i.name))
+
+
+def discover() -> dict:
+    """Import every labkit.grading.chNN module and collect its TASKS (ids must be unique)."""
+    found: dict[str, Any] = {}
+    for name in modules():
+        mod = importlib.import_module(f"labkit.grading.{name}")
+        tasks = getattr(mod, "TASKS", None)
+        if not isinstance(tasks, (tuple, list)):
+            raise LabkitError(f"labkit.grading.{name} exports no TASKS tuple")
+        for t in tasks:
+            if not isinstance(t, (KernelTask, NumericTask)):
+                raise LabkitError(f"labkit.grading.{name}.TASKS holds {t!r}, not a KernelTask or NumericTask")
+            if t.id in found:
+                raise LabkitError(f"exercise {t.id} is defined twice (labkit.grading.{name})")
+            if t.chapter != name[2:]:
+                raise LabkitError(f"exercise {t.id} is in labkit.grading.{name}: its id must start with {name[2:]}.")
+            found[t.id] = t
+    return found
 
 
 def all_tasks() -> dict:
     if not _TASKS:
-        for m in CHAPTER_MODULES:
-            importlib.import_module(f"labkit.grading.{m}")
+        _TASKS.update(discover())
     return _TASKS
+
+
+def reset() -> None:
+    """Forget the discovered tasks (the next lookup discovers them again)."""
+    _TASKS.clear()
 
 
 def get(task_id: str):
     tasks = all_tasks()
     if task_id not in tasks:
-        from ..errors import LabkitError
         raise LabkitError(f"no exercise named {task_id!r}; the exercises are: {', '.join(tasks)}")
     return tasks[task_id]
 
 
 def for_chapter(chapter: str) -> list:
     return [t for t in all_tasks().values() if t.chapter == chapter]
+
+
+def chapters() -> list[str]:
+    return sorted({t.chapter for t in all_tasks().values()})
+
+
+# ------------------------------------------------------------------ helpers for hidden-shape generators
+
+def primes_between(rng: random.Random, lo: int, hi: int) -> int:
+    """A prime drawn from [lo, hi) (trial division: keep hi below about 1e12)."""
+    def is_prime(n):
+        if n < 2:
+            return False
+        if n % 2 == 0:
+            return n == 2
+        f = 3
+        while f * f <= n:
+            if n % f == 0:
+                return False
+            f += 2
+        return True
+    for _ in range(10000):
+        n = rng.randrange(lo, hi) | 1
+        if is_prime(n):
+            return n
+    return lo | 1
 
 
 # -------------------------------------------------------------------- helpers the specs share (GPU side)
@@ -209,9 +299,38 @@ class Gen:
         return a.reshape(shape) if isinstance(shape, tuple) else a
 
 
+def bits_of(value: float, kind: str) -> int:
+    """The bit pattern of `value` as float32 ("f32") or bf16 ("bf16", rounded to nearest even)."""
+    u = struct.unpack("<I", struct.pack("<f", float(value)))[0]
+    if kind == "f32":
+        return u
+    if math.isnan(value):
+        return 0x7FC0
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def plant(array, kind: str, values, *, start: int = 0, min_size: int = 64):
+    """Write the special `values` (NaN, infinities, huge or subnormal numbers) at spread-out, fixed
+    positions of `array` (a CuPy array of float32 or bf16 bits), when it has at least `min_size` elements:
+    every task's inputs reach the values where a naive formula fails. Returns the array."""
+    import cupy as cp
+    flat = array.reshape(-1)
+    n = int(flat.size)
+    if n < max(min_size, len(values)):
+        return array
+    step = max(1, n // len(values))
+    for k, v in enumerate(values):
+        i = (start + k * step + 37 * k) % n
+        b = bits_of(v, kind)
+        if kind == "f32":
+            flat[i:i + 1].view(cp.uint32)[...] = cp.uint32(b)
+        else:
+            flat[i:i + 1][...] = cp.uint16(b)
+    return array
+
+
 def decode(array, kind: str, xp, dtype):
     """A kernel input or output as floats of `dtype` in module `xp` (numpy: copied to the host)."""
-    from .. import bf16
     if kind == "bf16":
         array = bf16.from_bits(array)
     if xp.__name__ == "numpy" and hasattr(array, "get"):
@@ -220,5 +339,4 @@ def decode(array, kind: str, xp, dtype):
 
 
 def sms() -> int:
-    import cupy as cp
-    return cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"]
+    return sm_count()

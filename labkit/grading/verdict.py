@@ -14,7 +14,7 @@ SPEED_PATTERN = r"\[\d+\.\d% of copy: \d+ vs \d+ GB/s, \d+\.\d+ ms\]"
 SPEED_REPLACEMENT = "[SPEED]"
 
 OK, WRONG, FAULT, TIMEOUT, SKIPPED, NOTRUN, ERROR = "ok", "wrong", "fault", "timeout", "skipped", "notrun", "error"
-PASSING = (OK, SKIPPED)
+PASSING = (OK,)          # a case not run (SKIPPED: "not graded", NOTRUN) never earns points
 
 
 @dataclasses.dataclass
@@ -83,7 +83,7 @@ class Verdict:
 
 
 def _status_text(c: CaseResult) -> str:
-    word = {OK: "ok", WRONG: "FAIL", FAULT: "CRASH", TIMEOUT: "TIME LIMIT", SKIPPED: "skipped",
+    word = {OK: "ok", WRONG: "FAIL", FAULT: "CRASH", TIMEOUT: "TIME LIMIT", SKIPPED: "NOT GRADED",
             NOTRUN: "not run", ERROR: "GRADER ERROR"}[c.status]
     return f"{word}: {c.detail}" if c.detail else word
 
@@ -92,26 +92,34 @@ def _first_line(s: str) -> str:
     return s.strip().splitlines()[0] if s.strip() else s
 
 
+def has_speed_points(task, speed: bool) -> bool:
+    """Whether a run of `task` timed (speed=True) can earn speed points."""
+    return bool(getattr(task, "speed_threshold", None)) and getattr(task, "points_speed", 0) > 0 and bool(speed)
+
+
+def max_points(task, *, public: bool = True, hidden: bool = False, speed: bool = False) -> int:
+    """The most a run of `task` can earn, given what is graded: its public shapes, its hidden shapes, its
+    speed. The one place this is computed (the verdict and the batch CSV both use it)."""
+    if not hasattr(task, "points_correct"):              # a NumericTask
+        return task.max_points
+    return ((task.points_correct if public else 0) + (task.points_hidden if hidden else 0)
+            + (task.points_speed if has_speed_points(task, speed) else 0))
+
+
 def score(task, run: RunResult, *, speed_requested: bool, hidden_without_cases: bool = False) -> Verdict:
     """Points and verdict text for one task's run.
 
     speed_requested: the run was asked to time the kernel (the speed points are part of its maximum).
     hidden_without_cases: count the hidden points as part of the maximum even though no hidden case ran
-    (the batch grader, when the solution notebook has no hidden tests for the task: awarded with the
-    public correctness).
+    (then they are awarded with the public correctness).
     """
     cases = run.cases
     public = [c for c in cases if not c.hidden]
     hidden = [c for c in cases if c.hidden]
-    has_speed_points = bool(task.speed_threshold) and task.points_speed > 0 and speed_requested
-    parts = []          # (name, max)
-    if public:
-        parts.append(("correctness", task.points_correct))
-    if hidden or hidden_without_cases:
-        parts.append(("hidden", task.points_hidden))
-    if has_speed_points:
-        parts.append(("speed", task.points_speed))
-    max_points = sum(p for _, p in parts)
+    speed_points = has_speed_points(task, speed_requested)
+    total_max = max_points(task, public=bool(public), hidden=bool(hidden) or hidden_without_cases,
+                           speed=speed_requested)
+    max_points_ = total_max
     lines = [f"{task.id}: {task.title}"]
     lost, notes = [], []
 
@@ -123,10 +131,10 @@ def score(task, run: RunResult, *, speed_requested: bool, hidden_without_cases: 
         else:
             lines.append(f"not graded: {run.crash}")
             why = run.crash
-        if max_points:
-            lost.append(f"-{max_points} {why}")
-        lines.append(f"points: 0/{max_points}")
-        return Verdict(task.id, "\n".join(lines), 0, max_points, lost, notes)
+        if max_points_:
+            lost.append(f"-{max_points_} {why}")
+        lines.append(f"points: 0/{max_points_}")
+        return Verdict(task.id, "\n".join(lines), 0, max_points_, lost, notes)
 
     width = max(len(c.label) + (9 if c.hidden else 0) for c in cases) + 2 if cases else 0
     for c in cases:
@@ -140,7 +148,8 @@ def score(task, run: RunResult, *, speed_requested: bool, hidden_without_cases: 
                      "on something that never happens?); your notebook is unaffected")
     skipped = [c for c in cases if c.status == SKIPPED]
     if skipped:
-        notes.append(f"{len(skipped)} shape(s) skipped and not counted against you: " + skipped[0].detail)
+        notes.append(f"{len(skipped)} shape(s) not graded, so their points are not given (grade them on a GPU "
+                     "with more memory): " + skipped[0].detail)
 
     points = 0
 
@@ -152,8 +161,12 @@ def score(task, run: RunResult, *, speed_requested: bool, hidden_without_cases: 
             points += pts
             lines.append(f"{name}: PASS, {right} of {len(group)} shapes   {pts}/{pts}")
             return True
-        lines.append(f"{name}: FAIL, {right} of {len(group)} shapes right   0/{pts}")
-        first = bad[0]
+        if all(c.status == SKIPPED for c in bad):
+            lines.append(f"{name}: NOT GRADED, {len(bad)} of {len(group)} shapes not run (GPU memory)   0/{pts}")
+        else:
+            lines.append(f"{name}: FAIL, {right} of {len(group)} shapes right   0/{pts}")
+        wrong = [c for c in bad if c.status != SKIPPED]
+        first = (wrong or bad)[0]
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         lost.append(f"-{pts} {name}: {first.label}: {_status_text(first)}{more}")
         return False
@@ -171,7 +184,7 @@ def score(task, run: RunResult, *, speed_requested: bool, hidden_without_cases: 
     sp = run.speed
     if task.speed_threshold is None and sp is not None and sp.status == "measured":
         lines.append(f"speed: {sp.figure()} (for information: this exercise has no speed points)")
-    elif has_speed_points:
+    elif speed_points:
         p = task.points_speed
         if not (ok_public and ok_hidden):
             lines.append(f"speed: not measured: the kernel must be correct first   0/{p}")
@@ -187,12 +200,12 @@ def score(task, run: RunResult, *, speed_requested: bool, hidden_without_cases: 
             lines.append(f"speed: FAIL {sp.figure()}, needs {task.speed_threshold:.0f}% of copy   0/{p}")
             lost.append(f"-{p} speed: {sp.pct:.1f}% of copy bandwidth, needs {task.speed_threshold:.0f}%")
 
-    tail = f"points: {points}/{max_points}"
+    tail = f"points: {points}/{max_points_}"
     if public and not hidden and not hidden_without_cases and task.points_hidden:
         tail += f" (public tests; hidden tests add {task.points_hidden} more)"
     lines += [f"note: {n}" for n in notes]
     lines.append(tail)
-    return Verdict(task.id, "\n".join(lines), points, max_points, lost, notes)
+    return Verdict(task.id, "\n".join(lines), points, max_points_, lost, notes)
 
 
 def sanitize(text: str) -> str:

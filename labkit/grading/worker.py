@@ -1,43 +1,70 @@
 """The grading worker: runs in a process of its own (multiprocessing, spawn), never in the notebook's.
 
-It compiles the learner's source, runs the kernel on each case with poisoned, canary-padded outputs,
-compares with a float64 reference (on the host; on the GPU for large shapes), then times the kernel and
-`cupy.copyto` on the same byte count. It reports each step to the parent over a pipe as it goes:
-
-    ("stage", kind, index, seconds)   kind: "startup", "compile", "case", "speed"; the parent's time limit
-    ("compile_error", message)
-    ("case", index, status, detail)
-    ("speed", {fields of SpeedResult})
-    ("fault", index or None, message)  a CUDA error after the learner's kernel ran; the worker then exits
-    ("error", index or None, traceback) a bug in the grader, not in the learner's kernel
-    ("done",)
+Order of work, each step reported to the parent as a `messages` dataclass:
+1. start-up: CuPy, the task, warm-up of the grader's own kernels (no learner code yet);
+2. memory: each case's peak (inputs, their pristine copies, guarded output with its pads, reference and
+   comparison temporaries: `case_memory`) against the GPU's free memory, judged BEFORE the learner's module
+   is loaded; a case that does not fit is "not graded" (verdict.SKIPPED), never points;
+3. compile: the source checked (encoding, size, #include only of course and CUDA headers), compiled and
+   loaded; a compile error or a module the driver cannot load is the learner's (CompileFailed);
+4. per case: inputs generated from the case seed and copied; the reference computed from them BEFORE the
+   launch; one launch into a poisoned `measure.checks.GuardedOutput` (64 KiB canary pads); then the inputs
+   must be unchanged (bit for bit), the canaries intact, every element written, the values within tolerance
+   (`measure.checks.compare`, host float64 for small outputs, GPU chunks for large ones);
+5. speed (the speed case, when everything so far was right): every timed launch is re-poisoned before it
+   runs, L2 flushed, timed with CUDA events, and its output and inputs checked afterwards; a time below
+   the physical floor of the work (bytes / datasheet bandwidth, FLOPs / datasheet peak) is an error, not a
+   pass; `cupy.copyto` on the same bytes is timed before and after.
 
 A kernel that faults poisons this process's CUDA context, and one that hangs blocks it: either way the
 parent ends this process, and its own CUDA context (the learner's notebook) is untouched.
 """
 from __future__ import annotations
 
-import math
 import os
+import re
+import shutil
 import traceback
 import types
 
+import numpy as np
+
+from ..errors import KernelCompileError
+from ..measure.ceilings import datasheet_for
+from ..measure import bf16
+from ..measure.checks import CHUNK, PAD_BYTES, GuardedOutput, compare
+from ..measure.compile import load_module
+from ..measure.timing import L2Flusher, summarize, time_copy
+from . import tasks as T
+from .messages import CaseDone, CompileFailed, Done, Fault, GraderError, SpeedDone, Stage
+from .sources import safe_cwd, source_problem
+from .verdict import OK, SKIPPED, WRONG
+
 HOST_LIMIT = 1 << 22        # outputs up to this many elements are compared on the host, in float64
 F64_LIMIT = 1 << 28         # larger ones on the GPU, in float64 up to this size, in float32 beyond
-CHUNK = 1 << 26             # GPU comparison in chunks of this many elements
+MEMORY_FRACTION = 0.9       # of the free memory a case may plan to use
+SLACK = 256 << 20           # CuPy's pool rounding, small temporaries
+SPEED_WARMUP, SPEED_REPS = 3, 15
+# an unknown GPU: floors generous enough for any GPU of the next years
+GENEROUS_BANDWIDTH_GBPS = 20_000
+GENEROUS_TFLOPS = 5_000
 
 DEFAULT_BUDGETS = {"startup": 120.0, "compile": 60.0, "case": 10.0, "speed": 60.0}
 
 
 def main(conn, request: dict) -> None:
     """Entry point of the spawned process."""
+    if request.get("device") is not None:                 # before CuPy is imported: one GPU per worker
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(request["device"])
     if not os.environ.get("LABKIT_WORKER_DEBUG"):
         _quiet()
+    cwd = None
     try:
+        cwd = safe_cwd()
         _run(conn, request)
     except BaseException:  # noqa: BLE001 - whatever happens, tell the parent
         try:
-            conn.send(("error", None, traceback.format_exc(limit=8)))
+            conn.send(GraderError(None, traceback.format_exc(limit=8)))
         except Exception:
             pass
     finally:
@@ -45,6 +72,9 @@ def main(conn, request: dict) -> None:
             conn.close()
         except Exception:
             pass
+        if cwd:
+            os.chdir("/")
+            shutil.rmtree(cwd, ignore_errors=True)
 
 
 def _quiet():
@@ -63,49 +93,102 @@ def _cuda_errors():
     return (CUDARuntimeError, CUDADriverError)
 
 
+def _gb(b: float) -> str:
+    return f"{b / 1e9:.1f} GB"
+
+
 def _run(conn, req: dict) -> None:
     budgets = {**DEFAULT_BUDGETS, **req.get("budgets", {})}
-    conn.send(("stage", "startup", None, budgets["startup"]))
+    conn.send(Stage("startup", None, budgets["startup"]))
     import cupy as cp
-    from ..compile import load_kernel
-    from ..errors import KernelCompileError
-    from . import tasks as T
     task = T.get(req["task"])
-    ctx = types.SimpleNamespace(sms=T.sms())
     cases = [T.Case(**c) for c in req["cases"]]
+    speed = bool(req.get("speed"))
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    ctx = types.SimpleNamespace(sms=T.sms(), gpu=name, module_bytes=0, flusher=None)
     cuda_errors = _cuda_errors()
-    warm_up(task, ctx)
+    warm_up(task, ctx, speed)
 
-    conn.send(("stage", "compile", None, budgets["compile"]))
-    try:
-        kernel = load_kernel(req["source"], task.kernel)
-    except KernelCompileError as e:
-        conn.send(("compile_error", str(e)))
+    # memory, judged before any of the learner's code is loaded
+    cp.get_default_memory_pool().free_all_blocks()
+    free, _ = cp.cuda.runtime.memGetInfo()
+    skipped = {}
+    for i, case in enumerate(cases):
+        need = case_memory(task, case, speed=speed and case.role == "speed")
+        if need > MEMORY_FRACTION * free:
+            skipped[i] = (f"{case.label} needs about {_gb(need)} of GPU memory, {_gb(free)} are "
+                          "free on this GPU; grade it on a GPU with more memory")
+            conn.send(CaseDone(i, SKIPPED, skipped[i]))
+
+    conn.send(Stage("compile", None, budgets["compile"]))
+    problem = source_problem(req["source"])
+    if problem:
+        conn.send(CompileFailed(problem))
         return
+    try:
+        kernel = load(req["source"], task.kernel, cuda_errors)
+    except _LoadFailed as e:
+        conn.send(CompileFailed(e.message))
+        return
+    after, _ = cp.cuda.runtime.memGetInfo()
+    ctx.module_bytes = max(0, free - after)
 
     any_bad = False
     for i, case in enumerate(cases):
-        conn.send(("stage", "case", i, task.case_seconds(case.shape, budgets["case"])))
+        if i in skipped:
+            if case.role == "speed" and speed:
+                conn.send(SpeedDone("skipped", detail="not measured: the speed shape was not graded (GPU memory)"))
+            continue
+        conn.send(Stage("case", i, task.case_seconds(case.shape, budgets["case"])))
         try:
             status, detail, kept = run_case(task, kernel, case, ctx)
         except _LearnerFault as e:
-            conn.send(("fault", i, e.message))
+            conn.send(Fault(i, e.message))
             return
-        conn.send(("case", i, status, detail))
-        any_bad |= status not in ("ok", "skipped")
-        if case.role == "speed" and req.get("speed"):
+        conn.send(CaseDone(i, status, detail))
+        any_bad |= status != OK
+        if case.role == "speed" and speed:
             if any_bad or kept is None:
-                conn.send(("speed", {"status": "skipped", "detail": "not measured: the kernel must be correct first"}))
+                conn.send(SpeedDone("skipped", detail="not measured: the kernel must be correct first"))
             else:
-                conn.send(("stage", "speed", None, budgets["speed"]))
+                conn.send(Stage("speed", None, budgets["speed"]))
                 try:
-                    conn.send(("speed", measure_speed(task, kernel, case, ctx, *kept)))
+                    conn.send(measure_speed(task, kernel, case, ctx, kept))
+                except _LearnerFault as e:
+                    conn.send(Fault(None, e.message))
+                    return
                 except cuda_errors as e:
-                    conn.send(("fault", None, _fault_text(e)))
+                    conn.send(Fault(None, _fault_text(e)))
                     return
         kept = None
         cp.get_default_memory_pool().free_all_blocks()
-    conn.send(("done",))
+    conn.send(Done())
+
+
+class _LoadFailed(Exception):
+    def __init__(self, message):
+        super().__init__(message)
+        self.message = message
+
+
+def load(source: str, name: str, cuda_errors):
+    """The learner's kernel, compiled and loaded; _LoadFailed (the learner's problem, with the cause) when
+    it does not compile, has no such kernel, or the driver cannot load the module."""
+    try:
+        mod = load_module(source)
+        return mod.get_function(name)
+    except KernelCompileError as e:
+        raise _LoadFailed(str(e)) from None
+    except cuda_errors as e:
+        if "NOT_FOUND" in str(e):
+            found = re.findall(r"__global__\s+void\s+(\w+)", source)
+            raise _LoadFailed(f"no kernel named '{name}' in the source (found: {', '.join(found) or 'none'}); "
+                              'declare it as extern "C" __global__ void ...') from None
+        raise _LoadFailed(f"the CUDA driver could not load the compiled module: {e} (a __device__ array larger "
+                          "than the GPU's free memory?)") from None
+    except (UnicodeError, ValueError) as e:
+        raise _LoadFailed(f"the source cannot be passed to the compiler: {e}") from None
 
 
 class _LearnerFault(Exception):
@@ -118,165 +201,216 @@ def _fault_text(e) -> str:
     return f"the kernel crashed: {e}"
 
 
+# ------------------------------------------------------------------------------------------ memory
+
+def case_memory(task, case, speed: bool = False) -> int:
+    """Bytes of GPU memory one case needs at its peak: inputs and their pristine copies, the guarded
+    output with its pads, the reference (on the GPU for large outputs, with the decoded inputs and the
+    formula's temporaries) and the comparison's temporaries; the speed case adds the copy buffers and the
+    L2 flush buffer. Inputs are counted as bf16 (the most elements per byte). Plain arithmetic (no GPU)."""
+    shape = T.norm_shape(case.shape)
+    out_e = task.elements(shape)
+    out_b = out_e * task.out_itemsize()
+    moved = task.bytes_moved(shape)
+    in_b = max(0, moved - out_b)
+    base = 2 * in_b + 4096 * 4 + out_b + 2 * PAD_BYTES + SLACK
+    if out_e <= HOST_LIMIT:
+        extra = 2 * in_b + 4 * out_e          # decoded on the GPU as float32 before the copy to the host
+    else:
+        d = 8 if out_e <= F64_LIMIT else 4
+        in_e = in_b // 2
+        ref_phase = in_e * d + (in_e * 4 if d == 8 else 0) + (1 + task_ref_temps(task)) * out_e * d
+        cmp_phase = out_e * d + out_e * d + out_e * 4 + 6 * CHUNK * 8
+        extra = max(ref_phase, cmp_phase)
+    if speed:
+        extra += moved + (256 << 20)
+    return int(base + extra)
+
+
+def task_ref_temps(task) -> int:
+    return int(task.ref_temps)
+
+
 # ------------------------------------------------------------------------------------------- a case
 
-def make_guard(shape, dtype: str, offset: int = 0):
-    """A GuardedOutput; with offset > 0 the output starts `offset` elements past the usual (16-byte
-    aligned) start, the elements skipped holding the canary too (a write there is a write before the
-    output)."""
-    from ..checks import CANARY, UINT, GuardedOutput
-    if not offset:
-        return GuardedOutput(shape, dtype)
-    n = math.prod(shape)
-    g = GuardedOutput((n + offset,), dtype)
-    w = g.store.itemsize
-    g._raw[g.pad:g.pad + offset].fill(UINT[w](CANARY[w]))
-    g.pad += offset
-    g.size = n
-    g.shape = tuple(shape)
-    g.array = g._raw[g.pad:g.pad + n].view(g.store).reshape(g.shape)
-    return g
+def _kind(dtype: str) -> str:
+    return "bf16" if dtype == "bfloat16" else "f32"
+
+
+def reference(task, ins, case):
+    """The expected output, from the inputs as generated (call it before the kernel runs): a NumPy float64
+    array for small outputs, else a CuPy array (float64 up to F64_LIMIT elements, float32 beyond)."""
+    total = task.elements(case.shape)
+    if total <= HOST_LIMIT:
+        with np.errstate(all="ignore"):
+            host = {name: T.decode(a, kind, np, np.float64) for name, (a, kind) in ins.items()}
+            return np.asarray(task.reference(np, host, case), dtype=np.float64)
+    import cupy as cp
+    dt = cp.float64 if total <= F64_LIMIT else cp.float32
+    dev = {name: T.decode(a, kind, cp, dt) for name, (a, kind) in ins.items()}
+    ref = task.reference(cp, dev, case)
+    if any(ref is v for v in dev.values()):
+        ref = ref.copy()
+    del dev
+    return ref
+
+
+def check_values(task, guard, ref):
+    """None, or the checks.Mismatch naming the first wrong element of the output against `ref`."""
+    if isinstance(ref, np.ndarray):
+        return compare(guard.values(np), ref, dtype=task.out_dtype, rtol=task.rtol, atol=task.atol,
+                       shape=guard.shape)
+    import cupy as cp
+    got = T.decode(guard.array, _kind(task.out_dtype), cp, ref.dtype)
+    return compare(got, ref, dtype=task.out_dtype, rtol=task.rtol, atol=task.atol, shape=guard.shape)
+
+
+def snapshot(ins) -> dict:
+    """A copy of each input, to prove afterwards that the kernel left its inputs alone."""
+    return {name: a.copy() for name, (a, _) in ins.items()}
+
+
+def changed_inputs(ins, snap) -> list[str]:
+    """'the kernel wrote to its input x ...' for each input whose bits differ from its snapshot."""
+    import cupy as cp
+    out = []
+    for name, (a, _) in ins.items():
+        u = cp.uint32 if a.dtype.itemsize == 4 else cp.uint16
+        now, was = a.reshape(-1).view(u), snap[name].reshape(-1).view(u)
+        count, first = 0, None
+        for s in range(0, now.size, CHUNK):
+            diff = now[s:s + CHUNK] != was[s:s + CHUNK]
+            c = int(diff.sum())
+            if c and first is None:
+                first = s + int(cp.argmax(diff))
+            count += c
+        if count:
+            out.append(f"the kernel wrote to its input {name} ({count} of {now.size} elements changed; first: "
+                       f"[{first}]); inputs are const")
+    return out
+
+
+def _oom_text(case, ctx) -> str:
+    mod = f"; your module's own __device__ data takes {_gb(ctx.module_bytes)}" if ctx.module_bytes > (1 << 30) else ""
+    return f"out of GPU memory for {case.label} once your module was loaded{mod}"
 
 
 def run_case(task, kernel, case, ctx):
-    """(status, detail, kept): kept = (inputs, guard) for the speed case when correct, else None."""
+    """(status, detail, kept): kept = (arrays, guard, ref, ins, snap) for the speed case when correct."""
     import cupy as cp
-    from . import tasks as T
-    shape = case.shape
-    out_shape = tuple(task.out_shape(shape))
-    need = 4 * task.bytes_moved(shape) + (64 << 20)
-    free, _ = cp.cuda.runtime.memGetInfo()
-    if need > 0.9 * free:
-        return "skipped", (f"{case.label} needs about {need / 1e9:.0f} GB of GPU memory; "
-                           f"{free / 1e9:.0f} GB are free on this GPU"), None
+    out_shape = tuple(task.out_shape(case.shape))
     try:
         ins = task.inputs(case, T.Gen(case.seed))
-        guard = make_guard(out_shape, task.out_dtype, task.out_offset(case.variant))
+        snap = snapshot(ins)
+        ref = reference(task, ins, case)                      # before the kernel can touch anything
+        guard = GuardedOutput(out_shape, task.out_dtype, offset=task.out_offset(case.variant))
         cp.cuda.Device().synchronize()
     except cp.cuda.memory.OutOfMemoryError:
-        return "skipped", f"{case.label}: not enough GPU memory for the inputs", None
+        return WRONG, _oom_text(case, ctx), None
     arrays = {name: a for name, (a, _) in ins.items()}
     cuda_errors = _cuda_errors()
     try:
         task.launch(kernel, arrays, guard.array, case, ctx)
         cp.cuda.Device().synchronize()
-        problems = guard.problems()
+        problems = changed_inputs(ins, snap) + guard.problems()
     except cuda_errors as e:
         raise _LearnerFault(_fault_text(e)) from None
     if problems:
-        return "wrong", "; ".join(problems), None
+        return WRONG, "; ".join(problems), None
     try:
-        mismatch = check_values(task, ins, guard, case)
+        mismatch = check_values(task, guard, ref)
     except cp.cuda.memory.OutOfMemoryError:
-        return "skipped", f"{case.label}: not enough GPU memory to compute the reference", None
+        return WRONG, _oom_text(case, ctx), None
     if mismatch is not None:
-        return "wrong", str(mismatch), None
-    return "ok", "", ((arrays, guard) if case.role == "speed" else None)
-
-
-def check_values(task, ins, guard, case):
-    """None, or the checks.Mismatch naming the first wrong element (host float64, or GPU for big shapes)."""
-    import numpy as np
-    from ..checks import compare_nd
-    from .tasks import decode
-    total = guard.size
-    out_kind = "bf16" if task.out_dtype == "bfloat16" else "f32"
-    if total <= HOST_LIMIT:
-        with np.errstate(all="ignore"):
-            host = {name: decode(a, kind, np, np.float64) for name, (a, kind) in ins.items()}
-            ref = task.reference(np, host, case)
-            got = decode(guard.array, out_kind, np, np.float64)
-            return compare_nd(got, ref, guard.shape, dtype=task.out_dtype, rtol=task.rtol, atol=task.atol)
-    import cupy as cp
-    dt = cp.float64 if total <= F64_LIMIT else cp.float32
-    dev = {name: decode(a, kind, cp, dt) for name, (a, kind) in ins.items()}
-    ref = task.reference(cp, dev, case)
-    del dev
-    got = decode(guard.array, out_kind, cp, dt)
-    return compare_gpu(got, ref, guard.shape, dtype=task.out_dtype, rtol=task.rtol, atol=task.atol)
-
-
-def compare_gpu(got, ref, shape, dtype="float32", rtol=None, atol=None):
-    """labkit.checks.compare on the GPU, in chunks (same tolerance rule, same Mismatch text)."""
-    import cupy as cp
-    from ..checks import TOLERANCE, Mismatch, _index
-    got = got.reshape(-1)
-    ref = ref.reshape(-1)
-    if got.size != ref.size:
-        raise ValueError(f"shape mismatch: got {got.size} elements, reference {ref.size}")
-    n = ref.size
-    rtol = TOLERANCE[dtype] if rtol is None else rtol
-    if atol is None:
-        sq, nf = 0.0, 0
-        for s in range(0, n, CHUNK):
-            r = ref[s:s + CHUNK]
-            fin = cp.isfinite(r)
-            nf += int(fin.sum())
-            v = cp.where(fin, r, 0).astype(cp.float64)
-            sq += float((v * v).sum())
-        atol = rtol * (math.sqrt(sq / nf) if nf else 1.0)
-    count, first = 0, None
-    for s in range(0, n, CHUNK):
-        r, g = ref[s:s + CHUNK], got[s:s + CHUNK]
-        fin = cp.isfinite(r)
-        ok = cp.where(fin, cp.abs(g - r) <= atol + rtol * cp.abs(r), (cp.isnan(r) & cp.isnan(g)) | (g == r))
-        bad = ~ok
-        c = int(bad.sum())
-        if c and first is None:
-            first = s + int(cp.argmax(bad))
-        count += c
-    if not count:
-        return None
-    return Mismatch(count, n, _index(first, tuple(shape)), float(ref[first]), float(got[first]))
+        return WRONG, str(mismatch), None
+    return OK, "", ((arrays, guard, ref, ins, snap) if case.role == "speed" else None)
 
 
 # -------------------------------------------------------------------------------------------- speed
 
-def measure_speed(task, kernel, case, ctx, arrays, guard) -> dict:
-    """Time the kernel and cupy.copyto moving the same bytes, in this process, back to back."""
+def physical_floor(task, shape, gpu_name: str) -> tuple[float, str]:
+    """(ms, why): no launch that does the work can be faster: bytes over the datasheet bandwidth, FLOPs over
+    the datasheet peak (the higher of fp32 and bf16), generous figures for a GPU not in the table."""
+    row = datasheet_for(gpu_name or "")
+    bw = row[1]["bandwidth_gbps"] if row else GENEROUS_BANDWIDTH_GBPS
+    peak = max(row[1]["fp32_tflops"], row[1]["bf16_tflops"]) if row else GENEROUS_TFLOPS
+    where = f"the {row[0]} datasheet" if row else "generous figures for an unlisted GPU"
+    nbytes, flops = task.bytes_moved(shape), task.flops(shape)
+    t_bytes = nbytes / (bw * 1e9) * 1e3
+    t_flops = flops / (peak * 1e12) * 1e3
+    if t_flops > t_bytes:
+        return t_flops, f"{flops:.3g} FLOP at {peak:g} TFLOP/s ({where})"
+    return t_bytes, f"{nbytes:.3g} bytes at {bw:g} GB/s ({where})"
+
+
+def measure_speed(task, kernel, case, ctx, kept) -> SpeedDone:
+    """Time the kernel, every timed launch checked, and cupy.copyto moving the same bytes."""
     import cupy as cp
-    from ..timing import bench
+    arrays, guard, ref, ins, snap = kept
     nbytes = task.bytes_moved(case.shape)
-    half = max(1, nbytes // 8)                 # float32 elements: copyto reads half, writes half
-    src = cp.ones(half, dtype=cp.float32)
-    dst = cp.empty_like(src)
-    copy1 = bench(lambda: cp.copyto(dst, src))
-    t = bench(lambda: task.launch(kernel, arrays, guard.array, case, ctx))
-    copy2 = bench(lambda: cp.copyto(dst, src))
-    problems = guard.problems()                # still right after all those runs?
-    if problems:
-        return {"status": "error", "label": case.label,
-                "detail": "not measured: the output went wrong while being timed: " + "; ".join(problems)}
-    return {"status": "measured", "label": case.label, "kernel_ms": t.median_ms,
-            "copy_ms": min(copy1.median_ms, copy2.median_ms), "bytes": nbytes}
+    copy1 = time_copy(nbytes)
+    if ctx.flusher is None:
+        ctx.flusher = L2Flusher()
+    stream = cp.cuda.get_current_stream()
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    cuda_errors = _cuda_errors()
+    times = []
+    for rep in range(SPEED_WARMUP + SPEED_REPS):
+        guard.poison()                           # a launch that skips the work leaves the poison
+        ctx.flusher()
+        try:
+            start.record(stream)
+            task.launch(kernel, arrays, guard.array, case, ctx)
+            end.record(stream)
+            end.synchronize()
+        except cuda_errors as e:
+            raise _LearnerFault(_fault_text(e)) from None
+        ms = cp.cuda.get_elapsed_time(start, end)
+        problems = changed_inputs(ins, snap) + guard.problems()
+        mismatch = None if problems else check_values(task, guard, ref)
+        if problems or mismatch is not None:
+            why = "; ".join(problems) if problems else str(mismatch)
+            return SpeedDone("error", case.label, detail=f"not measured: timed launch {rep + 1} did not do the "
+                                                         f"work: {why}")
+        if rep >= SPEED_WARMUP:
+            times.append(ms)
+    copy2 = time_copy(nbytes)
+    t = summarize(times)
+    floor_ms, floor_why = physical_floor(task, case.shape, ctx.gpu)
+    if t.min_ms < floor_ms:
+        return SpeedDone("error", case.label, detail=(
+            f"not measured: a timed launch took {t.min_ms:.4f} ms, less than the physical floor of the work "
+            f"({floor_ms:.4f} ms: {floor_why}); such a time cannot be right"))
+    return SpeedDone("measured", case.label, kernel_ms=t.median_ms,
+                     copy_ms=min(copy1.median_ms, copy2.median_ms), bytes=nbytes)
 
 
 # ------------------------------------------------------------------------------------------ warm-up
 
-def warm_up(task, ctx) -> None:
-    """Compile CuPy's own kernels (inputs, guards, references, comparisons) before any time limit that
-    a learner's case runs under, by going once through a case with the reference as the "output"."""
+def warm_up(task, ctx, speed: bool = False) -> None:
+    """Compile CuPy's own kernels (inputs, guards, references, comparisons, input checks) before any time
+    limit that a learner's case runs under, by going once through a case with the reference as the
+    "output"."""
     import cupy as cp
-    import numpy as np
-    from .. import bf16
-    from ..checks import compare_nd
-    from . import tasks as T
-    cases = [c for c in task.cases() if task.elements(c.shape) > 0] or task.cases()
+    cases = [c for c in task.cases() if 64 <= task.elements(c.shape) <= HOST_LIMIT] or task.cases()
     case = cases[0]
     ins = task.inputs(case, T.Gen(1))
+    snap = snapshot(ins)
+    changed_inputs(ins, snap)
     shape = tuple(task.out_shape(case.shape))
-    guard = make_guard(shape, task.out_dtype, 0)
-    out_kind = "bf16" if task.out_dtype == "bfloat16" else "f32"
+    guard = GuardedOutput(shape, task.out_dtype)
+    out_kind = _kind(task.out_dtype)
     for dt in (cp.float64, cp.float32):
         dev = {name: T.decode(a, kind, cp, dt) for name, (a, kind) in ins.items()}
         ref = task.reference(cp, dev, case)
         enc = bf16.to_bits(ref.astype(cp.float32)) if out_kind == "bf16" else ref.astype(cp.float32)
         guard.array[...] = enc.reshape(shape)
         guard.problems()
-        compare_gpu(T.decode(guard.array, out_kind, cp, dt), ref, shape, dtype=task.out_dtype,
-                    rtol=task.rtol, atol=task.atol)
-    with np.errstate(all="ignore"):
-        host = {name: T.decode(a, kind, np, np.float64) for name, (a, kind) in ins.items()}
-        compare_nd(T.decode(guard.array, out_kind, np, np.float64), task.reference(np, host, case), shape,
-                   dtype=task.out_dtype, rtol=task.rtol, atol=task.atol)
+        compare(T.decode(guard.array, out_kind, cp, dt), ref, dtype=task.out_dtype, rtol=task.rtol,
+                atol=task.atol, shape=shape)
+    host = reference(task, ins, case)
+    compare(guard.values(np), host, dtype=task.out_dtype, rtol=task.rtol, atol=task.atol, shape=shape)
+    guard.poison()
+    if speed:
+        ctx.flusher = L2Flusher()
     cp.cuda.Device().synchronize()

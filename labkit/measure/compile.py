@@ -41,10 +41,12 @@ def include_dirs() -> tuple[str, ...]:
     return tuple(d for d in dict.fromkeys(found) if Path(d, "cuda_bf16.h").exists())
 
 
-def course_include_options() -> tuple[str, ...]:
+def course_include_options(source: str | None = None) -> tuple[str, ...]:
     """-I options for a kernel: the course's own headers (`#include "common/reductions.cuh"`, from
-    kernels/common/) and the CUDA headers (cuda_bf16.h and friends)."""
-    return (f"-I{KERNELS}",) + tuple(f"-I{d}" for d in include_dirs())
+    kernels/common/) and the CUDA headers (cuda_bf16.h and friends). Given the kernel's `source`, also a
+    -D option naming the content of the course headers it includes: CuPy caches compiled modules by
+    source text and options, so an edited header would otherwise be served stale."""
+    return (f"-I{KERNELS}",) + tuple(f"-I{d}" for d in include_dirs()) + (_headers_key(source) if source else ())
 
 
 def read_source(path_or_source: str | os.PathLike) -> tuple[str, str]:
@@ -130,7 +132,7 @@ def load_module(path_or_source, options=(), name_expressions=None):
 def _load_module(source: str, name: str, options: tuple, name_expressions):
     from .device import require_gpu
     cp = require_gpu("compiling and running a kernel")
-    opts = tuple(STD_OPTIONS) + course_include_options() + _headers_key(source) + options
+    opts = tuple(STD_OPTIONS) + course_include_options(source) + options
     try:
         mod = cp.RawModule(code=source, options=opts, name_expressions=name_expressions)
         mod.compile()
@@ -155,10 +157,13 @@ def kernel(path: str, name: str, options: tuple = ()):
 @functools.lru_cache(maxsize=512)
 def _load_kernel(source: str, src_name: str, name: str, options: tuple):
     mod = _load_module(source, src_name, options, None)
+    from cupy_backends.cuda.api.driver import CUDADriverError
     try:
         return mod.get_function(name)
-    except Exception:
-        names = re.findall(r'__global__\s+void\s+(\w+)', source)
+    except CUDADriverError as e:
+        if "NOT_FOUND" not in str(e):     # the driver could not load the module at all: say so, not "no kernel"
+            raise KernelCompileError(f"the compiled module could not be loaded by the driver: {e}") from None
+        names = re.findall(r'__global__\s+(?:void\s+)?(?:__launch_bounds__\([^)]*\)\s+)?(?:void\s+)?(\w+)\s*\(', source)
         raise KernelCompileError(
             f"no kernel named '{name}' in the source (found: {', '.join(names) or 'none'}); "
             "declare it as extern \"C\" __global__ void ...") from None

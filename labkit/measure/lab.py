@@ -49,12 +49,20 @@ class Lab:
         plt.show()
 
 
-def show(path: str, lines: tuple[int, int] | None = None):
-    """Display a kernel file from kernels/ with CUDA highlighting (the notebook shows what it runs)."""
+def show(path: str, lines: tuple[int, int] | None = None, headers: bool = False):
+    """Display a kernel file from kernels/ with CUDA highlighting (the notebook shows what it runs).
+    The course headers it includes (kernels/common/) are named below it, or shown too with headers=True."""
     from IPython.display import Markdown
-    from .compile import read_source
+    from .compile import course_headers, read_source
     src, name = read_source(path)
+    included = course_headers(src) if path.endswith((".cu", ".cuh")) else []
     if lines:
         src = "\n".join(src.splitlines()[lines[0] - 1:lines[1]])
     lang = "python" if path.endswith(".py") else "cuda"
-    return Markdown(f"`kernels/{path}`\n\n```{lang}\n{src.rstrip()}\n```")
+    text = f"`kernels/{path}`\n\n```{lang}\n{src.rstrip()}\n```"
+    if included and headers:
+        text += "".join(f"\n\n`kernels/{h}`\n\n```cuda\n{read_source(h)[0].rstrip()}\n```" for h in included)
+    elif included:
+        text += ("\n\nIt includes " + ", ".join(f"`kernels/{h}`" for h in included)
+                 + f" (`lab.show({path!r}, headers=True)` shows them).")
+    return Markdown(text)
