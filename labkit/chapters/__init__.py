@@ -19,7 +19,7 @@ _NAME = re.compile(r"^ch(\d\d)$")
 
 
 def numbers() -> list[str]:
-    """The chapter numbers ("01", "02", ...) that have a module here, sorted."""
+    """The numbers of the chapters (such as "05") that have a module here, sorted."""
     return sorted(m[1] for info in pkgutil.iter_modules(__path__) if (m := _NAME.match(info.name)))
 
 
