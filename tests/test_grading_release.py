@@ -150,13 +150,20 @@ def test_solution_notebook_structure(src):
         assert word not in text
 
 
-def test_first_cell_is_the_colab_safe_setup():
-    for src in SOLUTIONS:
-        setup = N.read_notebook(src)["cells"][0]
-        assert setup["cell_type"] == "code"
-        setup = setup["source"]
-        assert "LABKIT_REPO" in setup and "https://github.com/gpu-kernel-engineering/course" in setup
-        assert "except ImportError" in setup and "from labkit.grading import" in setup
+def test_every_notebook_opens_with_its_title_then_the_one_setup_idiom():
+    """The title first (the setup cell used to come before it), then the course's one setup cell, the
+    same text in every lab and exercise notebook: a checkout's labkit, else `pip install` of the course."""
+    notebooks = sorted(LABS.glob("*/*.ipynb"))
+    setups = set()
+    for path in notebooks:
+        cells = N.read_notebook(path)["cells"]
+        assert cells[0]["cell_type"] == "markdown" and cells[0]["source"].startswith("# "), path
+        first_code = next(c for c in cells if c["cell_type"] == "code")["source"]
+        setups.add(first_code)
+    assert len(setups) == 1, f"{len(setups)} different setup cells among {len(notebooks)} notebooks"
+    setup = setups.pop()
+    assert "except ImportError" in setup and "%pip install" in setup
+    assert "git+https://github.com/gpu-kernel-engineering/course" in setup
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])

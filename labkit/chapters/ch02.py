@@ -188,7 +188,7 @@ def checked_sweep(configs, launch, y, ref, what, desc: str, progress: bool = Tru
     `ref` (CheckFailed naming `what(*config)` on a mismatch), then time it with the L2 flushed before
     every run. Returns [(config, Timing)]. The sweeps of chapters 02 and 03 share it."""
     import cupy as cp
-    from tqdm.auto import tqdm
+    from ..measure.progress import tqdm
     timed = []
     for config in tqdm(list(configs), desc=desc, disable=not progress):
         y.fill(np.uint16(0x7FA1))
@@ -232,7 +232,7 @@ def l2_trap(sizes_bytes=L2_TRAP_SIZES, threads: int = 256, progress: bool = True
     launches_per_graph. Bandwidth counts 6n bytes per run.
     """
     import cupy as cp
-    from tqdm.auto import tqdm
+    from ..measure.progress import tqdm
     rows = []
     stream = cp.cuda.Stream(non_blocking=True)
     for size in tqdm(list(sizes_bytes), desc="L2 trap: working sets", disable=not progress):

@@ -520,7 +520,7 @@ def sweep_row_lengths(lengths=SWEEP_LENGTHS, total_elements: int = 2 ** 28, prog
     N varies with M * N = total_elements fixed. Returns {"op.kernel": {N: GB/s}}; Triton only up to
     N = 32768 (its rows live in registers)."""
     import cupy as cp
-    from tqdm.auto import tqdm
+    from ..measure.progress import tqdm
     torch = _torch()
     try:
         tri = triton_kernels()

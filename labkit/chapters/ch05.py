@@ -39,9 +39,10 @@ VECTORIZED = "05-gemm-simt/06_vectorized.cu"
 WARPTILE = "05-gemm-simt/07_warptile.cu"
 DOUBLE_BUFFER = "05-gemm-simt/08_double_buffer.cu"
 
-# the best configuration of 08_double_buffer.cu found by the tuning sweep on the H200
-# (labs/results/logs/2026-12-01/sgemm-ladder-sweep.log); the lab's sweep measures it again
-TUNED = {}
+# the best configuration of 08_double_buffer.cu in the tuning sweep on the H200 (46 configurations,
+# labs/results/logs/2026-12-01/sgemm-ladder-sweep.log): 128 x 256 block tiles of 8 warps, each warp 32 x 128,
+# BK = 16, one block per SM; the lab's sweep measures it again beside its neighbours
+TUNED = {"BM": 128, "BN": 256, "BK": 16, "WM": 32, "WN": 128, "WNITER": 4, "TM": 4, "TN": 4, "MINB": 1, "APAD": 4}
 
 HEADLINE = {"sgemm": "4096x4096x4096"}   # the shape the book's plain figures refer to
 BENCH_SHAPES = ((4096, 4096, 4096), (8192, 1024, 4096))      # the square headline and a rectangular one
@@ -207,18 +208,23 @@ def cublas_fp32(A, B, C):
 
 
 class fp32_matmul:
-    """A context in which torch's fp32 matmuls use fp32 arithmetic, not TF32 (either API of torch)."""
+    """A context in which torch's fp32 matmuls use fp32 arithmetic, not TF32 (torch's newer
+    `fp32_precision` switch where it has one, else `allow_tf32`)."""
 
     def __init__(self, torch):
         self.m = torch.backends.cuda.matmul
 
     def __enter__(self):
-        self.old = self.m.allow_tf32
-        self.m.allow_tf32 = False
+        if hasattr(self.m, "fp32_precision"):
+            self.old = ("fp32_precision", self.m.fp32_precision)
+            self.m.fp32_precision = "ieee"
+        else:
+            self.old = ("allow_tf32", self.m.allow_tf32)
+            self.m.allow_tf32 = False
         return self
 
     def __exit__(self, *exc):
-        self.m.allow_tf32 = self.old
+        setattr(self.m, *self.old)
 
 
 def as_torch(a):
@@ -286,16 +292,25 @@ def _record(ctx, kernel_name, shape, t, base):
 # ----------------------------------------------------------------------------------------- the lab
 
 def tuning_configs(limit: int | None = None) -> list[dict]:
-    """Configurations of 08_double_buffer.cu that compile and fit (the lab's sweep, the chapter's search)."""
-    out = []
-    for BM, BN in ((128, 128), (128, 256), (256, 128), (64, 128), (128, 64)):
+    """Configurations of 08_double_buffer.cu for the lab's sweep: the tuned one, the file's default and
+    their neighbours (block tile, slab depth, warp shape), each checked by `fits`."""
+    out, seen = [], set()
+    base = dict(file_macros(DOUBLE_BUFFER))
+
+    def add(**c):
+        c = {k: c.get(k, base[k] if k in base else TUNED[k]) for k in TUNED}
+        key = tuple(sorted(c.items()))
+        if key not in seen and fits(c):
+            seen.add(key)
+            out.append(c)
+
+    add(**TUNED)
+    add(**{k: base[k] for k in TUNED if k in base})
+    for BM, BN in ((128, 256), (256, 128), (128, 128)):
         for BK in (8, 16):
-            for WM, WN in ((32, 64), (64, 32), (64, 64)):
-                for TM, TN, WNITER in ((4, 4, 2), (4, 4, 4), (8, 4, 2), (4, 8, 1)):
-                    for MINB in (1, 2):
-                        c = dict(BM=BM, BN=BN, BK=BK, WM=WM, WN=WN, WNITER=WNITER, TM=TM, TN=TN, MINB=MINB, APAD=4)
-                        if fits(c):
-                            out.append(c)
+            for WM, WN, WNITER in ((32, 128, 4), (64, 64, 4), (64, 64, 2), (32, 64, 2), (64, 32, 2)):
+                for MINB in (1, 2):
+                    add(BM=BM, BN=BN, BK=BK, WM=WM, WN=WN, WNITER=WNITER, TM=4, TN=4, MINB=MINB, APAD=4)
     return out[:limit] if limit else out
 
 
@@ -328,7 +343,7 @@ def tune(configs, shape=(4096, 4096, 4096), progress: bool = True) -> list[dict]
     on (257, 255, 64) and (256, 384, 128) against float64; then timed. Returns one dict per
     configuration: its macros, ms, TFLOP/s, or the reason it was skipped."""
     import cupy as cp
-    from tqdm.auto import tqdm
+    from ..measure.progress import tqdm
 
     from ..measure.context import Context
     M, N, K = shape

@@ -5,7 +5,9 @@ Two kinds of task:
   both); the grader launches it with a fixed configuration on the task's shapes, in a worker process,
   checks it against a float64 reference computed from inputs the kernel never sees (before the launch),
   with poisoned outputs inside 64 KiB canary pads, checks that the inputs were left as they were, then
-  times it (every timed launch re-poisoned and its output compared) against `cupy.copyto` on the same bytes.
+  times it (every timed launch re-poisoned and its output compared) against `cupy.copyto` on the same bytes,
+  or, for a task with a `speed_baseline` (a library call: cuBLAS, torch), against that library run on the
+  same inputs in the same worker, the threshold then being a % of the library's FLOP rate.
 - `NumericTask`: a few numbers (bytes moved, FLOP/B, occupancy) checked with a tolerance.
 
 The specs live in one module per chapter, `labkit/grading/chNN.py`, each exporting its tasks as a module
@@ -79,17 +81,28 @@ class KernelTask:
     bytes_moved: Callable                     # shape -> bytes read + written, each tensor once
     launch_text: str                          # how the grader launches the kernel, for the notebook
     speed_shape: Shape | None = None
-    speed_threshold: float | None = None      # % of cupy.copyto on the same bytes; None: no speed points
+    speed_threshold: float | None = None      # % of the baseline's rate (below); None: no speed points
+    # the speed baseline: None, cupy.copyto moving the same bytes (memory-bound tasks, "% of copy" in GB/s);
+    # else (inputs {name: array}, out array, case) -> None running a library on the case's inputs into an
+    # output of the task's shape (compute-bound tasks: "% of <baseline_name>" in TFLOP/s, from `flops`).
+    # The worker times it beside the kernel (before and after) and checks its output like the kernel's.
+    speed_baseline: Callable | None = None
+    baseline_name: str = "copy"               # the verdict's name for it: "cuBLAS fp32" (no ':' or brackets)
     points_correct: int = 3
     points_hidden: int = 1
     points_speed: int = 2
     rtol: float | None = None                 # None: labkit.measure.checks.TOLERANCE[out_dtype]
-    atol: float | None = None
+    # None: rtol x the reference's RMS; a float; or (xp, {name: float array}, case) -> float, a tolerance per
+    # case computed from the inputs as the reference sees them (e.g. GEMM: 4 K eps rms(A) rms(B))
+    atol: float | Callable | None = None
     variants: Callable = lambda shape: [None]        # layouts to test each shape in
     variant_text: dict = dataclasses.field(default_factory=dict)
     out_offset: Callable = lambda variant: 0         # output starts this many elements past 16-byte alignment
     hidden_shapes: Callable = _no_hidden             # rng -> hidden shapes for one batch (edge cases included)
     flops: Callable = lambda shape: 0                # shape -> floating-point operations (the compute floor)
+    # datasheet rates (labkit.measure.ceilings.DATASHEET keys) whose highest sets the compute floor: an fp32
+    # CUDA-core task is held to the fp32 peak alone
+    floor_peaks: tuple = ("fp32_tflops", "bf16_tflops")
     ref_temps: int = 4                               # output-sized temporaries the reference makes (memory)
 
     @property

@@ -1,16 +1,17 @@
 """What a grading run found (plain data, passed from the worker to the parent), and the verdict text.
 
 The verdict is deterministic text: the same kernel gets the same words on every run, so nbval can compare
-it. The only figures that vary, the speed measurement, sit inside one bracketed pattern,
-`[97.3% of copy: 4021 vs 4131 GB/s, 0.2670 ms]`, that labs/nbval-sanitize.cfg (SPEED_PATTERN below)
-replaces before comparing.
+it. The only figures that vary, the speed measurement, sit inside one bracketed pattern, against a copy of
+the same bytes `[97.3% of copy: 4021 vs 4131 GB/s, 0.2670 ms]` or against a library run on the same inputs
+`[71.2% of cuBLAS fp32: 36.6 vs 51.4 TFLOP/s, 3.752 ms]`, that labs/nbval-sanitize.cfg (SPEED_PATTERN
+below) replaces before comparing.
 """
 from __future__ import annotations
 
 import dataclasses
 import re
 
-SPEED_PATTERN = r"\[\d+\.\d% of copy: \d+ vs \d+ GB/s, \d+\.\d+ ms\]"
+SPEED_PATTERN = r"\[\d+\.\d% of [^:\[\]]+: \d+(?:\.\d+)? vs \d+(?:\.\d+)? (?:GB|TFLOP)/s, \d+\.\d+ ms\]"
 SPEED_REPLACEMENT = "[SPEED]"
 
 OK, WRONG, FAULT, TIMEOUT, SKIPPED, NOTRUN, ERROR = "ok", "wrong", "fault", "timeout", "skipped", "notrun", "error"
@@ -31,9 +32,11 @@ class SpeedResult:
     status: str                     # "measured", "skipped", "timeout", "fault", "error"
     label: str = ""
     kernel_ms: float = 0.0
-    copy_ms: float = 0.0
+    copy_ms: float = 0.0            # the baseline's median: cupy.copyto on the same bytes, or the library
     bytes: int = 0
     detail: str = ""
+    baseline: str = "copy"          # "copy", or the library's name (the task's baseline_name)
+    flops: float = 0.0              # FLOPs of the speed shape: a library baseline's rates are TFLOP/s
 
     @property
     def pct(self) -> float:
@@ -47,9 +50,21 @@ class SpeedResult:
     def copy_gbps(self) -> float:
         return self.bytes / (self.copy_ms * 1e-3) / 1e9 if self.copy_ms > 0 else 0.0
 
+    @property
+    def kernel_tflops(self) -> float:
+        return self.flops / (self.kernel_ms * 1e-3) / 1e12 if self.kernel_ms > 0 else 0.0
+
+    @property
+    def baseline_tflops(self) -> float:
+        return self.flops / (self.copy_ms * 1e-3) / 1e12 if self.copy_ms > 0 else 0.0
+
     def figure(self) -> str:
-        """The measured figures, in the one pattern the nbval sanitize file replaces."""
-        return (f"[{self.pct:.1f}% of copy: {self.kernel_gbps:.0f} vs {self.copy_gbps:.0f} GB/s, "
+        """The measured figures, in the one pattern the nbval sanitize file replaces: GB/s against the copy
+        (or a library without FLOPs), TFLOP/s against a library that does the task's FLOPs."""
+        if self.baseline != "copy" and self.flops > 0:
+            return (f"[{self.pct:.1f}% of {self.baseline}: {self.kernel_tflops:.1f} vs {self.baseline_tflops:.1f} "
+                    f"TFLOP/s, {self.kernel_ms:.3f} ms]")
+        return (f"[{self.pct:.1f}% of {self.baseline}: {self.kernel_gbps:.0f} vs {self.copy_gbps:.0f} GB/s, "
                 f"{self.kernel_ms:.4f} ms]")
 
 
@@ -181,7 +196,7 @@ def score(task, run: RunResult, *, speed_requested: bool, hidden_without_cases: 
         else:
             lost.append(f"-{task.points_hidden} hidden: awarded only with the public shapes passing")
 
-    sp = run.speed
+    sp = _against(task, run.speed)
     if task.speed_threshold is None and sp is not None and sp.status == "measured":
         lines.append(f"speed: {sp.figure()} (for information: this exercise has no speed points)")
     elif speed_points:
@@ -193,12 +208,16 @@ def score(task, run: RunResult, *, speed_requested: bool, hidden_without_cases: 
             why = sp.detail if sp is not None and sp.detail else "not measured"
             lines.append(f"speed: {why}   0/{p}")
             lost.append(f"-{p} speed: {why}")
-        elif sp.pct >= task.speed_threshold:
-            points += p
-            lines.append(f"speed: PASS {sp.figure()}, needs {task.speed_threshold:.0f}% of copy   {p}/{p}")
         else:
-            lines.append(f"speed: FAIL {sp.figure()}, needs {task.speed_threshold:.0f}% of copy   0/{p}")
-            lost.append(f"-{p} speed: {sp.pct:.1f}% of copy bandwidth, needs {task.speed_threshold:.0f}%")
+            base = getattr(task, "baseline_name", "copy")
+            needs = f"needs {task.speed_threshold:.0f}% of {base}"
+            if sp.pct >= task.speed_threshold:
+                points += p
+                lines.append(f"speed: PASS {sp.figure()}, {needs}   {p}/{p}")
+            else:
+                lines.append(f"speed: FAIL {sp.figure()}, {needs}   0/{p}")
+                what = "copy bandwidth" if base == "copy" else base
+                lost.append(f"-{p} speed: {sp.pct:.1f}% of {what}, needs {task.speed_threshold:.0f}%")
 
     tail = f"points: {points}/{max_points_}"
     if public and not hidden and not hidden_without_cases and task.points_hidden:
@@ -206,6 +225,16 @@ def score(task, run: RunResult, *, speed_requested: bool, hidden_without_cases: 
     lines += [f"note: {n}" for n in notes]
     lines.append(tail)
     return Verdict(task.id, "\n".join(lines), points, max_points_, lost, notes)
+
+
+def _against(task, sp: SpeedResult | None) -> SpeedResult | None:
+    """A measured SpeedResult of a task timed against a library (its `speed_baseline`), with the library's
+    name and the speed shape's FLOPs filled in (the figure is then in TFLOP/s); else `sp` as it is."""
+    if sp is None or sp.status != "measured" or getattr(task, "speed_baseline", None) is None:
+        return sp
+    from .tasks import norm_shape
+    flops = float(task.flops(norm_shape(task.speed_shape))) if task.speed_shape is not None else 0.0
+    return dataclasses.replace(sp, baseline=task.baseline_name, flops=flops)
 
 
 def sanitize(text: str) -> str:

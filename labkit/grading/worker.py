@@ -13,8 +13,9 @@ Order of work, each step reported to the parent as a `messages` dataclass:
    (`measure.checks.compare`, host float64 for small outputs, GPU chunks for large ones);
 5. speed (the speed case, when everything so far was right): every timed launch is re-poisoned before it
    runs, L2 flushed, timed with CUDA events, and its output and inputs checked afterwards; a time below
-   the physical floor of the work (bytes / datasheet bandwidth, FLOPs / datasheet peak) is an error, not a
-   pass; `cupy.copyto` on the same bytes is timed before and after.
+   the physical floor of the work (bytes / datasheet bandwidth, FLOPs / the task's datasheet peak) is an
+   error, not a pass; the baseline is timed before and after: `cupy.copyto` on the same bytes, or the task's
+   `speed_baseline` (a library: cuBLAS) on the same inputs, its output checked against the same reference.
 
 A kernel that faults poisons this process's CUDA context, and one that hangs blocks it: either way the
 parent ends this process, and its own CUDA context (the learner's notebook) is untouched.
@@ -34,7 +35,7 @@ from ..measure.ceilings import datasheet_for
 from ..measure import bf16
 from ..measure.checks import CHUNK, PAD_BYTES, GuardedOutput, compare
 from ..measure.compile import load_module
-from ..measure.timing import L2Flusher, summarize, time_copy
+from ..measure.timing import L2Flusher, bench, summarize, time_copy
 from . import tasks as T
 from .messages import CaseDone, CompileFailed, Done, Fault, GraderError, SpeedDone, Stage
 from .sources import safe_cwd, source_problem
@@ -240,29 +241,51 @@ def _kind(dtype: str) -> str:
 def reference(task, ins, case):
     """The expected output, from the inputs as generated (call it before the kernel runs): a NumPy float64
     array for small outputs, else a CuPy array (float64 up to F64_LIMIT elements, float32 beyond)."""
+    return expected(task, ins, case)[0]
+
+
+def case_atol(task, xp, decoded, case):
+    """The task's absolute tolerance for `case`: its atol, or what its atol callable makes of the decoded
+    inputs (None: rtol x the reference's RMS, computed by `compare`)."""
+    a = task.atol
+    return float(a(xp, decoded, case)) if callable(a) else a
+
+
+def expected(task, ins, case):
+    """(reference, atol): the reference as `reference` computes it, and the case's absolute tolerance from
+    the same decoded inputs."""
     total = task.elements(case.shape)
     if total <= HOST_LIMIT:
         with np.errstate(all="ignore"):
             host = {name: T.decode(a, kind, np, np.float64) for name, (a, kind) in ins.items()}
-            return np.asarray(task.reference(np, host, case), dtype=np.float64)
+            ref = np.asarray(task.reference(np, host, case), dtype=np.float64)
+            return ref, case_atol(task, np, host, case)
     import cupy as cp
     dt = cp.float64 if total <= F64_LIMIT else cp.float32
     dev = {name: T.decode(a, kind, cp, dt) for name, (a, kind) in ins.items()}
     ref = task.reference(cp, dev, case)
     if any(ref is v for v in dev.values()):
         ref = ref.copy()
+    atol = case_atol(task, cp, dev, case)
     del dev
-    return ref
+    return ref, atol
 
 
-def check_values(task, guard, ref):
-    """None, or the checks.Mismatch naming the first wrong element of the output against `ref`."""
+def check_values(task, guard, ref, atol=None):
+    """None, or the checks.Mismatch naming the first wrong element of the output against `ref` (`atol`:
+    the case's tolerance from `expected`; None: the task's own, when it is not a callable)."""
+    atol = atol if atol is not None or callable(task.atol) else task.atol
+    return check_array(task, guard.array, ref, atol, guard.shape, values=guard.values)
+
+
+def check_array(task, array, ref, atol, shape, values=None):
+    """None, or the checks.Mismatch of an output array of the task's dtype against `ref`."""
     if isinstance(ref, np.ndarray):
-        return compare(guard.values(np), ref, dtype=task.out_dtype, rtol=task.rtol, atol=task.atol,
-                       shape=guard.shape)
+        got = values(np) if values is not None else T.decode(array, _kind(task.out_dtype), np, np.float64)
+        return compare(got, ref, dtype=task.out_dtype, rtol=task.rtol, atol=atol, shape=shape)
     import cupy as cp
-    got = T.decode(guard.array, _kind(task.out_dtype), cp, ref.dtype)
-    return compare(got, ref, dtype=task.out_dtype, rtol=task.rtol, atol=task.atol, shape=guard.shape)
+    got = T.decode(array, _kind(task.out_dtype), cp, ref.dtype)
+    return compare(got, ref, dtype=task.out_dtype, rtol=task.rtol, atol=atol, shape=shape)
 
 
 def snapshot(ins) -> dict:
@@ -296,13 +319,13 @@ def _oom_text(case, ctx) -> str:
 
 
 def run_case(task, kernel, case, ctx):
-    """(status, detail, kept): kept = (arrays, guard, ref, ins, snap) for the speed case when correct."""
+    """(status, detail, kept): kept = (arrays, guard, ref, ins, snap, atol) for the speed case when correct."""
     import cupy as cp
     out_shape = tuple(task.out_shape(case.shape))
     try:
         ins = task.inputs(case, T.Gen(case.seed))
         snap = snapshot(ins)
-        ref = reference(task, ins, case)                      # before the kernel can touch anything
+        ref, atol = expected(task, ins, case)                 # before the kernel can touch anything
         guard = GuardedOutput(out_shape, task.out_dtype, offset=task.out_offset(case.variant))
         cp.cuda.Device().synchronize()
     except cp.cuda.memory.OutOfMemoryError:
@@ -318,22 +341,23 @@ def run_case(task, kernel, case, ctx):
     if problems:
         return WRONG, "; ".join(problems), None
     try:
-        mismatch = check_values(task, guard, ref)
+        mismatch = check_values(task, guard, ref, atol)
     except cp.cuda.memory.OutOfMemoryError:
         return WRONG, _oom_text(case, ctx), None
     if mismatch is not None:
         return WRONG, str(mismatch), None
-    return OK, "", ((arrays, guard, ref, ins, snap) if case.role == "speed" else None)
+    return OK, "", ((arrays, guard, ref, ins, snap, atol) if case.role == "speed" else None)
 
 
 # -------------------------------------------------------------------------------------------- speed
 
 def physical_floor(task, shape, gpu_name: str) -> tuple[float, str]:
     """(ms, why): no launch that does the work can be faster: bytes over the datasheet bandwidth, FLOPs over
-    the datasheet peak (the higher of fp32 and bf16), generous figures for a GPU not in the table."""
+    the datasheet peak (the highest of the task's `floor_peaks`: fp32 and bf16 unless the task says
+    otherwise), generous figures for a GPU not in the table."""
     row = datasheet_for(gpu_name or "")
     bw = row[1]["bandwidth_gbps"] if row else GENEROUS_BANDWIDTH_GBPS
-    peak = max(row[1]["fp32_tflops"], row[1]["bf16_tflops"]) if row else GENEROUS_TFLOPS
+    peak = max(row[1][k] for k in task.floor_peaks) if row else GENEROUS_TFLOPS
     where = f"the {row[0]} datasheet" if row else "generous figures for an unlisted GPU"
     nbytes, flops = task.bytes_moved(shape), task.flops(shape)
     t_bytes = nbytes / (bw * 1e9) * 1e3
@@ -344,11 +368,17 @@ def physical_floor(task, shape, gpu_name: str) -> tuple[float, str]:
 
 
 def measure_speed(task, kernel, case, ctx, kept) -> SpeedDone:
-    """Time the kernel, every timed launch checked, and cupy.copyto moving the same bytes."""
+    """Time the kernel, every timed launch checked, and its baseline before and after: cupy.copyto moving
+    the same bytes, or the task's speed_baseline (a library) on the same inputs."""
     import cupy as cp
-    arrays, guard, ref, ins, snap = kept
+    arrays, guard, ref, ins, snap, atol = kept
     nbytes = task.bytes_moved(case.shape)
-    copy1 = time_copy(nbytes)
+    if task.speed_baseline is None:
+        copy1 = time_copy(nbytes)
+    else:
+        base_out = cp.empty(guard.shape, dtype=guard.store)
+        run_base = lambda: task.speed_baseline(arrays, base_out, case)   # noqa: E731
+        copy1 = bench(run_base, max_reps=50, target_ms=200.0)
     if ctx.flusher is None:
         ctx.flusher = L2Flusher()
     stream = cp.cuda.get_current_stream()
@@ -367,14 +397,23 @@ def measure_speed(task, kernel, case, ctx, kept) -> SpeedDone:
             raise _LearnerFault(_fault_text(e)) from None
         ms = cp.cuda.get_elapsed_time(start, end)
         problems = changed_inputs(ins, snap) + guard.problems()
-        mismatch = None if problems else check_values(task, guard, ref)
+        mismatch = None if problems else check_values(task, guard, ref, atol)
         if problems or mismatch is not None:
             why = "; ".join(problems) if problems else str(mismatch)
             return SpeedDone("error", case.label, detail=f"not measured: timed launch {rep + 1} did not do the "
                                                          f"work: {why}")
         if rep >= SPEED_WARMUP:
             times.append(ms)
-    copy2 = time_copy(nbytes)
+    if task.speed_baseline is None:
+        copy2 = time_copy(nbytes)
+    else:
+        copy2 = bench(run_base, max_reps=50, target_ms=200.0)
+        bad = changed_inputs(ins, snap) or check_array(task, base_out, ref, atol, guard.shape)
+        if bad:
+            why = "; ".join(bad) if isinstance(bad, list) else str(bad)
+            return SpeedDone("error", case.label, detail=(
+                f"not measured: the baseline ({task.baseline_name}) did not meet the exercise's tolerance: {why} "
+                "(a grader problem, not yours: please report it)"))
     t = summarize(times)
     floor_ms, floor_why = physical_floor(task, case.shape, ctx.gpu)
     if t.min_ms < floor_ms:
@@ -407,10 +446,12 @@ def warm_up(task, ctx, speed: bool = False) -> None:
         guard.array[...] = enc.reshape(shape)
         guard.problems()
         compare(T.decode(guard.array, out_kind, cp, dt), ref, dtype=task.out_dtype, rtol=task.rtol,
-                atol=task.atol, shape=shape)
-    host = reference(task, ins, case)
-    compare(guard.values(np), host, dtype=task.out_dtype, rtol=task.rtol, atol=task.atol, shape=shape)
+                atol=case_atol(task, cp, dev, case), shape=shape)
+    host, atol = expected(task, ins, case)
+    compare(guard.values(np), host, dtype=task.out_dtype, rtol=task.rtol, atol=atol, shape=shape)
     guard.poison()
     if speed:
         ctx.flusher = L2Flusher()
+        if task.speed_baseline is not None:       # the library's import and first call (cuBLAS handle)
+            task.speed_baseline({name: a for name, (a, _) in ins.items()}, cp.empty_like(guard.array), case)
     cp.cuda.Device().synchronize()

@@ -66,7 +66,7 @@ class GuardedOutput:
             idx = cp.flatnonzero(after)
             k, last = int(idx[0]), int(idx[-1])
             out.append(f"wrote past the end of the output (element {self.size + k}, {k + 1} past the last "
-                       f"of {self.size}" + (f"; the farthest {last + 1} past)" if last > k else ")"))
+                       f"of {self.size})" + (f"; the farthest write {last + 1} past" if last > k else ""))
         unwritten = self._raw[self.pad:self.pad + self.size] == u(POISON[w])
         if bool(unwritten.any()):
             idx = cp.flatnonzero(unwritten)

@@ -49,12 +49,16 @@ class Lab:
         plt.show()
 
 
-def show(path: str, lines: tuple[int, int] | None = None, headers: bool = False):
+def show(path: str, lines: tuple[int, int] | None = None, headers: bool = False, results: bool = False):
     """Display a kernel file from kernels/ with CUDA highlighting (the notebook shows what it runs).
-    The course headers it includes (kernels/common/) are named below it, or shown too with headers=True."""
+    Its recorded `// Result (...)` lines are left out unless results=True: the reader predicts first, and
+    the lab measures. The course headers it includes (kernels/common/) are named below it, or shown too
+    with headers=True."""
     from IPython.display import Markdown
     from .compile import course_headers, read_source
     src, name = read_source(path)
+    if not results:
+        src = without_results(src)
     included = course_headers(src) if path.endswith((".cu", ".cuh")) else []
     if lines:
         src = "\n".join(src.splitlines()[lines[0] - 1:lines[1]])
@@ -66,3 +70,17 @@ def show(path: str, lines: tuple[int, int] | None = None, headers: bool = False)
         text += ("\n\nIt includes " + ", ".join(f"`kernels/{h}`" for h in included)
                  + f" (`lab.show({path!r}, headers=True)` shows them).")
     return Markdown(text)
+
+
+def without_results(source: str) -> str:
+    """A kernel's source without its generated `// Result (...)` line and the result lines under it."""
+    out, in_results = [], False
+    for line in source.split("\n"):
+        if line.startswith("// Result ("):
+            in_results = True
+            continue
+        if in_results and line.startswith("//   "):
+            continue
+        in_results = False
+        out.append(line)
+    return "\n".join(out)

@@ -36,6 +36,7 @@ def _env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env.setdefault("PYTHONUNBUFFERED", "1")
+    env["LABKIT_PLAIN_PROGRESS"] = "1"      # sweeps print their final count: no frozen widget in the book
     return env
 
 
@@ -103,7 +104,7 @@ def execute_notebooks(paths, timeout: int = CELL_TIMEOUT, gpu: dict | None = Non
         t0 = time.time()
         client = execution_client(nb, p, timeout)
         try:
-            os.environ.update({"PYTHONPATH": _env()["PYTHONPATH"]})
+            os.environ.update(_env())            # the notebook's kernel inherits it
             client.execute()
         except Exception as e:  # keep going: every notebook gets its chance, the summary names failures
             failed.append(f"{_rel(p)}: {type(e).__name__}: {str(e).splitlines()[-1] if str(e) else ''}")

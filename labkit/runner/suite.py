@@ -16,7 +16,7 @@ from ..measure.records import Record
 def run(chapters: Iterable[str] | None = None, quick: bool = False, ceilings: dict | None = None,
         progress: bool = True) -> tuple[dict, dict, list[Record]]:
     """Measure ceilings (unless given) and run the chapters' benchmarks; returns (gpu, ceilings, records)."""
-    from tqdm.auto import tqdm
+    from ..measure.progress import tqdm
     from ..measure import ceilings as ceil
     from ..measure.device import gpu_info
     gpu = gpu_info()
