@@ -11,8 +11,8 @@
 // bytes (2 sectors: coalesced), but each thread has only its two 2-byte loads in flight: 2048 resident
 // threads x 4 B = 8 KB per SM, against the ~25 KB per SM that Little's law asks for (4.8 TB/s x ~700 ns
 // / 132 SMs). So about a third to a half of the copy bandwidth, ~0.7-0.9 ms, whatever the block size.
-// Result (NVIDIA H200, 2026-11-30, labs/results/nvidia-h200.json, op "add_bf16"):
-//   naive at 268435456: 0.7818 ms, 2060 GB/s, 50.0% of copy, 0.47x torch.add
+// Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "add_bf16"):
+//   naive at 268435456: 0.7782 ms, 2070 GB/s, 48.6% of copy, 0.47x torch.add
 #include <cuda_bf16.h>
 
 extern "C" __global__ void add_bf16(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ b,

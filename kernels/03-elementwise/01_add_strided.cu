@@ -15,8 +15,8 @@
 // far beyond the 60 MiB L2. So each sector is fetched from HBM 16 times, and the partial-sector stores cost
 // at least as much. Predicted: ~1/16 of copy, about 6% (~250 GB/s, ~6 ms at n = 2^28), roughly 8x slower
 // than the naive kernel; lower still if DRAM serves scattered sectors less efficiently than streams.
-// Result (NVIDIA H200, 2026-11-30, labs/results/nvidia-h200.json, op "add_bf16"):
-//   strided at 268435456: 12.1251 ms, 133 GB/s, 3.2% of copy, 0.03x torch.add
+// Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "add_bf16"):
+//   strided at 268435456: 12.1180 ms, 133 GB/s, 3.1% of copy, 0.03x torch.add
 #include <cuda_bf16.h>
 
 extern "C" __global__ void add_bf16_strided(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ b,

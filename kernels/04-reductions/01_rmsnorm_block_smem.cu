@@ -17,8 +17,8 @@
 //    of a 60 MB L2), so DRAM traffic stays near 1x, but the row goes through the load path twice;
 //  - 9 __syncthreads() for the tree, in which most threads idle.
 // Expect clearly under the copy bandwidth: roughly 65-85% of it.
-// Result (NVIDIA H200, 2026-11-30, labs/results/nvidia-h200.json, op "rmsnorm"):
-//   block_smem at 65536x4096: 0.3102 ms, 3461 GB/s, 84.0% of copy, 0.99x torch.nn.functional.rms_norm
+// Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "rmsnorm"):
+//   block_smem at 65536x4096: 0.3060 ms, 3509 GB/s, 82.6% of copy, 0.99x torch.nn.functional.rms_norm
 #include <cuda_bf16.h>
 
 #define BLOCK 256   // threads per block: a power of two (the tree halves it each level)

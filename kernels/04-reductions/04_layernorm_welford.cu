@@ -29,8 +29,8 @@
 // finish ~3.9 elements per cycle, ~55 of its 128 thread-instruction issue slots per cycle, while the
 // row's loads wait behind a barrier. Expect ~90-95% of the copy bandwidth, a few points under
 // rmsnorm_regs, and ~1.3x F.layer_norm.
-// Result (NVIDIA H200, 2026-11-30, labs/results/nvidia-h200.json, op "layernorm"):
-//   welford at 65536x4096: 0.2794 ms, 3844 GB/s, 93.3% of copy, 1.40x torch.nn.functional.layer_norm
+// Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "layernorm"):
+//   welford at 65536x4096: 0.2788 ms, 3852 GB/s, 91.7% of copy, 1.39x torch.nn.functional.layer_norm
 #include <cuda_bf16.h>
 #include "common/reductions.cuh"   // FULL_MASK (Chan's merge brings its own shuffles)
 #include "common/bf16_pack.cuh"    // unpack8, pack2

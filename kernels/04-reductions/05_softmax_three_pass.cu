@@ -16,8 +16,8 @@
 // 60 MB L2), so DRAM traffic stays ~1x, but each row goes through three load phases and two barriers.
 // Expect ~70-85% of the copy bandwidth: already well ahead of torch.softmax (~1.3 TB/s in ANCHORS.md),
 // behind the one-read `softmax_regs`.
-// Result (NVIDIA H200, 2026-11-30, labs/results/nvidia-h200.json, op "softmax"):
-//   three_pass at 65536x4096: 0.3354 ms, 3202 GB/s, 77.7% of copy, 2.48x torch.softmax
+// Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "softmax"):
+//   three_pass at 65536x4096: 0.3260 ms, 3294 GB/s, 78.3% of copy, 2.55x torch.softmax
 #include <cuda_bf16.h>
 #include "common/fast_exp.cuh"     // fast_exp2, LOG2E, NEG_INF
 #include "common/reductions.cuh"   // block_max, block_sum

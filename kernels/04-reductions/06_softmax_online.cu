@@ -21,9 +21,9 @@
 // read still hits L1/L2, so DRAM bytes are the same: expect a modest gain over three_pass (a few to
 // ~15%), not the 1.5x that counting passes naively suggests. At 16384 x 32768 (64 KB rows) the second
 // read also comes from L2 (2 blocks of 64 KB per SM in flight = 17 MB): expect ~75-85%.
-// Result (NVIDIA H200, 2026-11-30, labs/results/nvidia-h200.json, op "softmax"):
-//   online at 16384x32768: 0.5584 ms, 3846 GB/s, 93.3% of copy, 1.66x torch.softmax
-//   online at 65536x4096: 0.3092 ms, 3473 GB/s, 84.3% of copy, 2.69x torch.softmax
+// Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "softmax"):
+//   online at 16384x32768: 0.5547 ms, 3871 GB/s, 91.8% of copy, 1.67x torch.softmax
+//   online at 65536x4096: 0.2996 ms, 3584 GB/s, 85.2% of copy, 2.77x torch.softmax
 #include <cuda_bf16.h>
 #include "common/fast_exp.cuh"     // fast_exp2, LOG2E, NEG_INF
 #include "common/reductions.cuh"   // FULL_MASK (the (m, d) merge brings its own shuffles)

@@ -18,9 +18,9 @@
 // ~1.9 GHz = ~2 TB/s, about half the copy bandwidth. The padded kernel needs 32 + 32 wavefronts per
 // tile (16x fewer) and should run near the copy bandwidth (~85-95%: 4-byte accesses, 128 bytes per
 // warp instruction), like cupy's own transpose copy.
-// Result (NVIDIA H200, 2026-11-30, labs/results/nvidia-h200.json, op "smem_transpose"):
-//   conflicted at 8192x8192: 0.3105 ms, 1729 GB/s, 42.0% of copy, 1.47x cupy.ascontiguousarray(x.T)
-//   padded at 8192x8192: 0.1551 ms, 3462 GB/s, 84.0% of copy, 2.95x cupy.ascontiguousarray(x.T)
+// Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "smem_transpose"):
+//   conflicted at 8192x8192: 0.3079 ms, 1744 GB/s, 41.5% of copy, 1.48x cupy.ascontiguousarray(x.T)
+//   padded at 8192x8192: 0.1492 ms, 3599 GB/s, 85.6% of copy, 3.06x cupy.ascontiguousarray(x.T)
 
 #define TILE 32
 #define ROWS 8      // blockDim = (32, 8): each thread moves TILE / ROWS = 4 elements each way
