@@ -24,7 +24,7 @@ ENTRY = re.compile(r"^//   (?P<kernel>\w+) at (?P<shape>\d+(?:x\d+)*): ")
 
 
 def entry_line(r: Record) -> str:
-    rate = f"{r.gbps:.0f} GB/s" if r.bytes else f"{r.tflops:.1f} TFLOP/s"
+    rate = f"{r.gbps:.0f} GB/s" if r.memory_bound and r.bytes else f"{r.tflops:.1f} TFLOP/s"
     vs = f", {r.speedup:.2f}x {r.baseline}" if r.speedup else ""
     return (f"//   {r.kernel} at {r.shape_key}: {r.median_ms:.4f} ms, {rate}, "
             f"{100 * r.fraction_of_ceiling:.1f}% of {r.ceiling_name}{vs}")
