@@ -10,6 +10,13 @@ from ..paths import RESULTS
 from .results import load_results
 
 DEFAULT_GPU = "nvidia-h200"
+CEILING_KEYS = ("copy_gbps", "fp32_tflops", "fp32_peak_tflops", "mma_tflops", "wgmma_tflops", "bf16_tflops")
+
+
+def metric_key(column: str) -> str:
+    """A profile column as a glue key: 'FMA pipe %' -> 'fma_pipe_pct', 'DRAM read MB' -> 'dram_read_mb'."""
+    import re
+    return re.sub(r"[^a-z0-9]+", "_", column.lower().replace("%", "pct").replace("/", " per ")).strip("_")
 
 
 class Recorded:
@@ -43,11 +50,7 @@ class Recorded:
 
     # ------------------------------------------------------------------------------------ glue
     def values(self) -> dict[str, float]:
-        v = {"ceiling.copy_gbps": self.ceilings["copy_gbps"],
-             "ceiling.fp32_tflops": self.ceilings["fp32_tflops"],
-             "ceiling.bf16_tflops": self.ceilings["bf16_tflops"]}
-        if self.ceilings.get("fp32_peak_tflops"):
-            v["ceiling.fp32_peak_tflops"] = self.ceilings["fp32_peak_tflops"]
+        v = {f"ceiling.{k}": self.ceilings[k] for k in CEILING_KEYS if self.ceilings.get(k)}
         for r in self.records:
             head = self.headline.get(r.op)
             keys = [f"{r.op}.{r.kernel}@{r.shape_key}"]
@@ -62,6 +65,17 @@ class Recorded:
                     v[f"{k}.xbase"] = r.speedup
                 if r.copy_gbps is not None:
                     v[f"{k}.copy_gbps"] = r.copy_gbps
+        # profiler readings: profile.<op>.<record kernel>[@shape].<metric>, e.g. profile.sgemm.tuned.fma_pipe_pct
+        for p in self.profiles:
+            if "record" not in p:
+                continue
+            keys = [f"profile.{p['op']}.{p['record']}@{p['shape']}"]
+            if self.headline.get(p["op"]) in (None, p["shape"]):
+                keys.append(f"profile.{p['op']}.{p['record']}")
+            for metric, x in p["metrics"].items():
+                if isinstance(x, (int, float)):
+                    for k in keys:
+                        v.setdefault(f"{k}.{metric_key(metric)}", x)      # the first kernel of a record wins
         return v
 
     def glue_all(self):
