@@ -61,9 +61,13 @@ def roofline(ax, points: Iterable = (), measured: dict | None = None, datasheet:
     """Draw the roofline on `ax`; the numbered points' table on `table_ax` (or in the legend when None).
     `roofs` names the compute roofs to draw (default: fp32, and the tensor roofs measured on this GPU)."""
     measured = measured or {}
-    pts = [q for q in labelled(points) if q["tflops"] > 0 and math.isfinite(q["intensity"]) and q["intensity"] > 0]
-    if pts:
-        xlim = (min(xlim[0], min(q["intensity"] for q in pts) / 2), max(xlim[1], max(q["intensity"] for q in pts) * 2))
+    pts = [q for q in labelled(points) if q["tflops"] > 0 and q["intensity"] > 0]
+    finite = [q["intensity"] for q in pts if math.isfinite(q["intensity"])]
+    if finite:
+        xlim = (min(xlim[0], min(finite) / 2), max(xlim[1], max(finite) * 2))
+    for q in pts:        # arithmetic probes move no DRAM bytes: infinite intensity, drawn at the right edge
+        if not math.isfinite(q["intensity"]):
+            q["intensity"], q["edge"] = xlim[1] / 1.6, True
     xs = [xlim[0] * (xlim[1] / xlim[0]) ** (i / 240) for i in range(241)]
     if roofs is None:
         roofs = [r for r in ("fp32", "mma", "wgmma") if measured.get(ROOFS[r][0])] or ["fp32"]
@@ -96,7 +100,8 @@ def roofline(ax, points: Iterable = (), measured: dict | None = None, datasheet:
         ax.annotate(str(i), (q["intensity"], q["tflops"]), textcoords="offset points", xytext=(5, 3), fontsize=7,
                     color="#888888" if q["kind"] in UNMEASURED else "black", zorder=7)
         kind = "" if q["kind"] == "measured" else f" ({q['kind']}, not measured)"
-        rows.append(f"{i:>2d}  {q['label']}{kind}: {q['tflops']:.3g} TFLOP/s at {q['intensity']:.3g} FLOP/B")
+        where = "(no DRAM bytes: at the right edge)" if q.get("edge") else f"at {q['intensity']:.3g} FLOP/B"
+        rows.append(f"{i:>2d}  {q['label']}{kind}: {q['tflops']:.3g} TFLOP/s {where}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=10)
     ax.set_xlim(*xlim)
@@ -109,6 +114,8 @@ def roofline(ax, points: Iterable = (), measured: dict | None = None, datasheet:
     ax.legend(fontsize=7, loc="lower right", framealpha=0.9)
     if title:
         ax.set_title(title, fontsize=10)
+    if table_ax is not None:
+        table_ax.axis("off")
     if rows:
         _table(table_ax, rows) if table_ax is not None else ax.text(
             1.02, 1.0, "\n".join(rows), transform=ax.transAxes, va="top", fontsize=7, family="monospace")
@@ -116,7 +123,6 @@ def roofline(ax, points: Iterable = (), measured: dict | None = None, datasheet:
 
 
 def _table(ax, rows):
-    ax.axis("off")
     ax.text(0.0, 1.0, "\n".join(rows), va="top", ha="left", fontsize=7, family="monospace", transform=ax.transAxes)
 
 
