@@ -10,8 +10,15 @@ from labkit.paths import KERNELS
 KERNEL_FILES = sorted(KERNELS.rglob("*.cu"))
 
 
-def test_there_are_kernels():
-    assert len(KERNEL_FILES) >= 3
+def test_every_chapter_has_its_kernels_and_every_named_kernel_exists():
+    """Each chapter module's kernel folder holds kernels, and every kernel file a chapter module names is there."""
+    from labkit import chapters
+    from labkit.paths import chapter_dir
+    from labkit.runner.provenance import KERNEL_REF, _module_text
+    for ch in chapters.numbers():
+        assert list(chapter_dir(KERNELS, ch).glob("*.cu")), f"chapter {ch} has no kernel files"
+        for rel in KERNEL_REF.findall(_module_text(f"labkit/chapters/ch{ch}.py")):
+            assert (KERNELS / rel).is_file(), f"labkit/chapters/ch{ch}.py names {rel}, which does not exist"
 
 
 @pytest.mark.parametrize("path", KERNEL_FILES, ids=lambda p: str(p.relative_to(KERNELS)))
