@@ -14,6 +14,7 @@ import importlib
 import pkgutil
 import re
 from types import ModuleType
+from ..errors import LabkitError
 
 _NAME = re.compile(r"^ch(\d\d)$")
 
@@ -26,7 +27,6 @@ def numbers() -> list[str]:
 def module(chapter: str) -> ModuleType:
     """The module of chapter `chapter` ("05")."""
     if chapter not in numbers():
-        from ..errors import LabkitError
         raise LabkitError(f"no chapter {chapter!r}: the chapters are {', '.join(numbers())}")
     return importlib.import_module(f"{__name__}.ch{chapter}")
 

@@ -15,6 +15,10 @@ import threading
 import time
 from pathlib import Path
 
+from .compile import kernel
+from .device import current_sm_clock_mhz, gpu_info, now_iso, require_gpu, sm_count
+from .timing import bench
+
 # Vendor datasheets, dense (no sparsity). Bandwidth in GB/s, rates in TFLOP/s, L2 in MB.
 # T4 has no bf16 tensor cores: its fp16 tensor rate is listed in the bf16 column and marked so.
 DATASHEET = {
@@ -60,7 +64,6 @@ FMA_ITERS = 4096
 
 def measure_copy(nbytes: int = COPY_BYTES) -> dict:
     import cupy as cp
-    from .timing import bench
     src = cp.random.random(nbytes // 4, dtype=cp.float32)
     dst = cp.empty_like(src)
     t = bench(lambda: cp.copyto(dst, src))
@@ -71,8 +74,6 @@ def measure_copy(nbytes: int = COPY_BYTES) -> dict:
 def fma_launch():
     """(launch function, FLOPs per launch) for the chapter 01 FMA probe, sized to this GPU."""
     import cupy as cp
-    from .compile import kernel
-    from .device import sm_count
     k = kernel("01-roofline/04_fma_probe.cu", "fma_probe")
     sms = sm_count()
     blocks, threads = sms * 8, 256
@@ -83,8 +84,6 @@ def fma_launch():
 
 
 def measure_fma() -> dict:
-    from .device import current_sm_clock_mhz, gpu_info
-    from .timing import bench
     launch, flops = fma_launch()
     clocks = []
     stop = threading.Event()
@@ -116,8 +115,6 @@ MMA_ITERS = 16384
 def mma_launch():
     """(launch function, FLOPs per launch) for the chapter 01 mma.sync probe, sized to this GPU."""
     import cupy as cp
-    from .compile import kernel
-    from .device import sm_count
     k = kernel("01-roofline/05_mma_probe.cu", "mma_probe")
     blocks, threads = sm_count() * 4, 256
     out = cp.zeros(blocks, dtype=cp.float32)
@@ -127,8 +124,6 @@ def mma_launch():
 
 def measure_mma() -> dict:
     """The bf16 mma.sync rate, or None where the GPU has no bf16 tensor cores (compute capability < 8)."""
-    from .device import gpu_info
-    from .timing import bench
     if float(gpu_info()["compute_capability"]) < 8.0:
         return {"mma_tflops": None, "mma_note": "no bf16 mma.sync below compute capability 8.0"}
     launch, flops = mma_launch()
@@ -138,7 +133,6 @@ def measure_mma() -> dict:
 
 
 def measure_bf16(n: int = 8192) -> dict:
-    from .timing import bench
     try:
         import torch
         a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
@@ -162,7 +156,6 @@ def cache_path(gpu_slug: str) -> Path:
 
 def measure(refresh: bool = False, verbose: bool = True) -> dict:
     """This GPU's ceilings (copy GB/s, fp32 and bf16 TFLOP/s), measured once and cached per GPU."""
-    from .device import gpu_info, now_iso, require_gpu
     require_gpu("measuring the ceilings")
     info = gpu_info()
     path = cache_path(info["slug"])

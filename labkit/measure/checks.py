@@ -16,6 +16,7 @@ import dataclasses
 import numpy as np
 
 from ..errors import KernelInputError
+from . import bf16
 
 PAD_BYTES = 64 << 10      # canary bytes on each side of an output
 # bit patterns: a quiet NaN with a payload that arithmetic never yields, and a canary (also a NaN)
@@ -82,7 +83,6 @@ class GuardedOutput:
 
     def values(self, xp=np):
         """The output as float64 (bf16 decoded): on the host (NumPy) by default, or on the GPU (xp=cupy)."""
-        from . import bf16
         a = self.array
         if self.dtype_name == "bfloat16":
             a = bf16.from_bits(a)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..errors import KernelCompileError
 from ..paths import KERNELS
+from .device import require_gpu
 
 STD_OPTIONS = ("-std=c++17",)
 ARCHS = ("sm_80", "sm_90", "sm_90a")
@@ -130,7 +131,6 @@ def load_module(path_or_source, options=(), name_expressions=None):
 
 @functools.lru_cache(maxsize=256)
 def _load_module(source: str, name: str, options: tuple, name_expressions):
-    from .device import require_gpu
     cp = require_gpu("compiling and running a kernel")
     opts = tuple(STD_OPTIONS) + course_include_options(source) + options
     try:

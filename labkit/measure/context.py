@@ -3,7 +3,10 @@ a record maker that measures each memory-bound kernel's own-size copy in the sam
 from __future__ import annotations
 
 from ..errors import CheckFailed
+from .checks import compare
+from .device import now_iso
 from .records import CEILINGS, Record
+from .timing import time_copy
 
 
 class Context:
@@ -24,7 +27,6 @@ class Context:
     def verify(self, what: str, out, ref, dtype: str, **tol) -> None:
         """Raise CheckFailed unless the GuardedOutput `out` was fully written, in bounds, and matches `ref`
         (a NumPy or CuPy array); log the pass."""
-        from .checks import compare
         problems = out.problems()
         if not problems:
             m = compare(out.values(), ref, dtype=dtype, shape=out.shape, **tol)
@@ -38,14 +40,12 @@ class Context:
         """Timing of `cupy.copyto` moving `nbytes` (half read, half written), measured once per size in
         this run: the ceiling of a memory-bound kernel that moves the same bytes."""
         if nbytes not in self._copies:
-            from .timing import time_copy
             self._copies[nbytes] = time_copy(nbytes)
         return self._copies[nbytes]
 
     def record(self, *, chapter: str, op: str, kernel: str, shape, dtype: str, bytes: int, flops: int,
                timing, baseline: str | None = None, baseline_timing=None, ceiling: str = "copy",
                note: str = "") -> Record:
-        from .device import now_iso
         if timing.profile_id is not None:
             _log_profiled(timing.profile_id, op, kernel, shape)
         if ceiling == "copy":

@@ -2,16 +2,19 @@
 rooflines of measured records, and interactive controls that leave a static figure behind."""
 from __future__ import annotations
 
-from .device import require_gpu
+from . import ceilings
+from .ceilings import datasheet_for
+from .compile import course_headers, read_source
+from .context import Context
+from .device import gpu_info, now_iso, require_gpu
+from .records import records_table
+from .roofline import figure
 
 
 class Lab:
     """A lab session on this GPU: its facts, its ceilings (measured once per GPU, cached) and a Context."""
 
     def __init__(self, chapter: str, quick: bool = True):
-        from . import ceilings
-        from .context import Context
-        from .device import gpu_info, now_iso
         require_gpu(f"the chapter {chapter} lab")
         self.chapter = chapter
         self.gpu = gpu_info()
@@ -34,15 +37,12 @@ class Lab:
 
     def table(self, records):
         from IPython.display import Markdown
-        from .records import records_table
         return Markdown(records_table(records))
 
     def roofline(self, records, title: str | None = None, extra=(), roofs=None):
         """The roofline of `records` with FLOPs (and `extra` computed points, drawn hollow) beside the
         bandwidth chart of the memory-bound ones, against this GPU's ceilings."""
         import matplotlib.pyplot as plt
-        from .ceilings import datasheet_for
-        from .roofline import figure
         ds = datasheet_for(self.gpu["name"])
         figure(records, self.ceilings, ds[1] if ds else None, extra=extra, roofs=roofs,
                title=title or f"chapter {self.chapter} on {self.gpu['name']}")
@@ -55,7 +55,6 @@ def show(path: str, lines: tuple[int, int] | None = None, headers: bool = False,
     the lab measures. The course headers it includes (kernels/common/) are named below it, or shown too
     with headers=True."""
     from IPython.display import Markdown
-    from .compile import course_headers, read_source
     src, name = read_source(path)
     if not results:
         src = without_results(src)

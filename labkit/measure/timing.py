@@ -8,6 +8,7 @@ import dataclasses
 import os
 import statistics
 from typing import Callable, Sequence
+from .device import sm_count
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +62,6 @@ class L2Flusher:
 
     def __init__(self):
         import cupy as cp
-        from .device import sm_count
         l2 = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["l2CacheSize"]
         self.nbytes = max(2 * l2, 1 << 20) // 16 * 16
         self.buf = cp.ones(self.nbytes // 4, dtype=cp.uint32)

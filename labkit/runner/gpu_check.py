@@ -18,7 +18,12 @@ import time
 import traceback
 from pathlib import Path
 
+from .. import chapters as chapter_modules
+from ..measure.device import gpu_info, now_iso, require_gpu
 from ..paths import LABS, ROOT
+from . import headers, profile, suite
+from .provenance import stamp
+from .results import put_profiles, put_records, results_path
 
 PHASES = ("tests", "bench", "profile", "execute", "nbval")
 SANITIZE = LABS / "nbval-sanitize.cfg"
@@ -57,8 +62,6 @@ def run_tests(chapters=None) -> tuple[bool, str]:
 def run_bench(chapters=None, quick: bool = False, path=None, save: bool = True) -> tuple[bool, str]:
     """Benchmark `chapters` and print the table; with `save`, write the records into `path` (default
     labs/results/<gpu>.json) and rewrite the kernels' result lines from it."""
-    from . import headers, suite
-    from .results import put_records, results_path
     gpu, ceilings, records = suite.run(chapters, quick=quick)
     print(suite.summary(records))
     if not save:
@@ -70,10 +73,6 @@ def run_bench(chapters=None, quick: bool = False, path=None, save: bool = True) 
 
 
 def run_profile(chapters=None) -> tuple[bool, str]:
-    from . import profile
-    from .results import put_profiles, results_path
-    from .. import chapters as chapter_modules
-    from ..measure.device import gpu_info
     failed, got = [], []
     for ch in sorted(chapters or chapter_modules.numbers()):
         try:
@@ -95,8 +94,6 @@ def execute_notebooks(paths, timeout: int = CELL_TIMEOUT, gpu: dict | None = Non
     """Execute each notebook in place (nbclient) and stamp its provenance; `gpu` defaults to this GPU."""
     import nbformat
     from tqdm.auto import tqdm
-    from ..measure.device import gpu_info, now_iso
-    from .provenance import stamp
     gpu = gpu or gpu_info()
     failed = []
     for p in tqdm(paths, desc="executing notebooks", file=sys.stdout):
@@ -185,7 +182,6 @@ def run_nbval(paths, workers: int = 1, timeout: int = CELL_TIMEOUT) -> tuple[boo
 
 
 def gpu_check(only=PHASES, chapters=None, cell_timeout: int = CELL_TIMEOUT) -> int:
-    from ..measure.device import gpu_info, require_gpu
     require_gpu("gpu-check")
     info = gpu_info()
     print(f"GPU: {info['name']} (cc {info['compute_capability']}, {info['sm_count']} SMs), driver {info['driver']}, "

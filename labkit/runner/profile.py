@@ -19,6 +19,9 @@ import sys
 import tempfile
 
 from .. import chapters as chapter_modules
+from ..measure import ceilings
+from ..measure.context import Context
+from ..measure.device import gpu_info, now_iso
 from ..measure.timing import PROFILE_MARKER
 from ..paths import KERNELS, ROOT, chapter_dir
 
@@ -48,9 +51,6 @@ def kernel_names(chapter: str) -> set[str]:
 
 def driver(chapter: str) -> None:
     """Run inside ncu: one pass of the chapter's benchmarks at their full shapes, each timed call once."""
-    from ..measure import ceilings
-    from ..measure.context import Context
-    from ..measure.device import gpu_info
     ctx = Context(ceilings.measure(verbose=False), gpu_info(), quick=False)
     for _ in chapter_modules.module(chapter).benchmarks(ctx):
         pass
@@ -105,7 +105,6 @@ def readings(best: dict, chapter: str, now: str) -> list[dict]:
 
 
 def run(chapter: str, ncu: str | None = None, timeout: float = 240) -> list[dict]:
-    from ..measure.device import now_iso
     ncu = ncu or shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
     names = sorted(kernel_names(chapter) | {PROFILE_MARKER})
     with tempfile.TemporaryDirectory() as tmp:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .. import chapters as _chapters
 from ..measure.compile import course_headers
-from ..paths import KERNELS, ROOT
+from ..paths import KERNELS, ROOT, chapter_dir
 
 KERNEL_REF = re.compile(r"\b(\d\d-[a-z0-9-]+/\d\d_\w+\.(?:cu|py))\b")
 CHAPTER_IMPORT = re.compile(r"from labkit\.chapters import ([\w, ]+)|from \.(ch\d\d) import")
@@ -54,7 +54,6 @@ def module_hash(rel: str) -> str:
 def chapter_sources(chapter: str) -> dict[str, str]:
     """Hashes of what a chapter's benchmark records depend on: its kernel files, its chapter module, and
     the chapter modules that module imports with the kernels they name (chapter 03 times chapter 02's kernel)."""
-    from ..paths import chapter_dir
     out = {str(f.relative_to(KERNELS)): kernel_hash(str(f.relative_to(KERNELS)))
            for f in sorted(chapter_dir(KERNELS, chapter).iterdir()) if f.suffix in (".cu", ".py")}
     modules = _chapter_closure({f"ch{chapter}"})

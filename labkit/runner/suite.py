@@ -9,16 +9,16 @@ import sys
 from typing import Iterable
 
 from .. import chapters as chapter_modules
+from ..measure import ceilings as ceil
 from ..measure.context import Context
+from ..measure.device import gpu_info
+from ..measure.progress import tqdm
 from ..measure.records import Record
 
 
 def run(chapters: Iterable[str] | None = None, quick: bool = False, ceilings: dict | None = None,
         progress: bool = True) -> tuple[dict, dict, list[Record]]:
     """Measure ceilings (unless given) and run the chapters' benchmarks; returns (gpu, ceilings, records)."""
-    from ..measure.progress import tqdm
-    from ..measure import ceilings as ceil
-    from ..measure.device import gpu_info
     gpu = gpu_info()
     if ceilings is None:
         ceilings = ceil.measure(refresh=True, verbose=progress)
