@@ -20,20 +20,36 @@ def _info(args):
 
 
 def _compile_check(args):
+    """Kernel files compile for their targets with no spills. A header (.cuh) is compiled through the
+    kernel files that include it (many need their includer's tile macros, or sm_90a); one that no kernel
+    includes yet compiles as a translation unit of its own."""
     from .errors import KernelCompileError
-    from .measure.compile import compile_check, read_source, target_archs
+    from .measure.compile import compile_check, course_headers, read_source, target_archs
     from .paths import KERNELS
-    files = [f for f in args.files if f.endswith((".cu", ".cuh"))] or \
-        sorted(str(p) for p in [*KERNELS.rglob("*.cu"), *KERNELS.rglob("*.cuh")])
+    kernels = sorted(KERNELS.rglob("*.cu"))
+    includers: dict[str, list] = {}
+    for k in kernels:
+        for h in course_headers(read_source(str(k))[0]):
+            includers.setdefault(h, []).append(k)
+    asked = [f for f in args.files if f.endswith((".cu", ".cuh"))]
+    if asked:
+        files = []
+        for f in asked:
+            rel = Path(f).resolve().relative_to(KERNELS.resolve()).as_posix() if Path(f).is_absolute() or \
+                Path(f).exists() else f
+            files += includers.get(rel, [f]) if f.endswith(".cuh") else [f]
+    else:
+        files = kernels + [h for h in sorted(KERNELS.rglob("*.cuh"))
+                           if h.relative_to(KERNELS).as_posix() not in includers]
     bad = 0
-    for f in files:
+    for f in dict.fromkeys(str(x) for x in files):
         src, _ = read_source(f)
-        if f.endswith(".cuh"):      # a header compiles as a translation unit of its own that includes it
-            rel = Path(f).resolve().relative_to(KERNELS.resolve()) if Path(f).is_absolute() else Path(f)
-            src = f'#include "{rel.as_posix()}"\n'
-        for arch in ([args.arch] if args.arch else target_archs(src if not f.endswith(".cuh") else read_source(f)[0])):
+        if f.endswith(".cuh"):
+            src = f'#include "{Path(f).resolve().relative_to(KERNELS.resolve()).as_posix()}"\n' + \
+                  ("// requires: sm_90a\n" if "requires: sm_90a" in read_source(f)[0] else "")
+        for arch in ([args.arch] if args.arch else target_archs(src)):
             try:
-                rep = compile_check(src, arch) if f.endswith(".cuh") else compile_check(f, arch)
+                rep = compile_check(src if f.endswith(".cuh") else f, arch)
             except KernelCompileError as e:
                 print(f"FAIL {f} [{arch}]\n{e}")
                 bad += 1

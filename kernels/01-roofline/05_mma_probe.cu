@@ -10,15 +10,9 @@
 // for wgmma; on an A100 close to its 312 TFLOP/s, where mma.sync is the native instruction.
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "mma"):
 //   mma_probe at 135168: 3.5652 ms, 636.1 TFLOP/s, 78.5% of bf16
-#define MMA_CHAINS 8
+#include "common/mma_sm80.cuh"   // mma_bf16: one bf16 m16n8k16 mma.sync, fp32 accumulate
 
-__device__ __forceinline__ void mma_bf16_16816(float d[4], const unsigned a[4], const unsigned b[2])
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
+#define MMA_CHAINS 8
 
 extern "C" __global__ void mma_probe(float* out, int iters)
 {
@@ -34,7 +28,7 @@ extern "C" __global__ void mma_probe(float* out, int iters)
     for (int it = 0; it < iters; ++it) {
 #pragma unroll
         for (int j = 0; j < MMA_CHAINS; ++j) {
-            mma_bf16_16816(acc[j], a, b);
+            mma_bf16(acc[j], a, b);
         }
     }
     float s = 0.f;

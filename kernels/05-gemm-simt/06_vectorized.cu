@@ -79,51 +79,7 @@ static_assert(TM % 4 == 0 && TN % 4 == 0 && BK % 4 == 0 && APAD % 4 == 0, "float
 static_assert((BM * BK / 4) % NT == 0 && (BK * BN / 4) % NT == 0, "each thread loads whole float4 of both slabs");
 static_assert(NT % 32 == 0 && NT <= 1024, "block size");
 
-// This thread's share of the A slab (rows bm.., columns k0..k0+BK-1) and of the B slab (rows k0..,
-// columns bn..), in registers. `fast`: the whole slab is inside A and B and 16-byte loads are legal.
-__device__ __forceinline__ void load_slab(const float* __restrict__ A, const float* __restrict__ B,
-                                          int M, int N, int K, int bm, int bn, int k0, bool fast,
-                                          float4 (&ra)[A_VECS], float4 (&rb)[B_VECS])
-{
-    const int tid = threadIdx.x;
-    if (fast) {
-#pragma unroll
-        for (int j = 0; j < A_VECS; ++j) {
-            const int idx = tid + j * NT, r = idx / (BK / 4), c = (idx % (BK / 4)) * 4;
-            ra[j] = *reinterpret_cast<const float4*>(A + (long long)(bm + r) * K + k0 + c);
-        }
-#pragma unroll
-        for (int j = 0; j < B_VECS; ++j) {
-            const int idx = tid + j * NT, r = idx / (BN / 4), c = (idx % (BN / 4)) * 4;
-            rb[j] = *reinterpret_cast<const float4*>(B + (long long)(k0 + r) * N + bn + c);
-        }
-    } else {
-#pragma unroll
-        for (int j = 0; j < A_VECS; ++j) {
-            const int idx = tid + j * NT, r = idx / (BK / 4), c = (idx % (BK / 4)) * 4;
-            const int gm = bm + r, gk = k0 + c;
-            float v[4] = {0.f, 0.f, 0.f, 0.f};
-            if (gm < M) {
-                const float* p = A + (long long)gm * K;
-#pragma unroll
-                for (int i = 0; i < 4; ++i) v[i] = (gk + i < K) ? p[gk + i] : 0.f;
-            }
-            ra[j] = make_float4(v[0], v[1], v[2], v[3]);
-        }
-#pragma unroll
-        for (int j = 0; j < B_VECS; ++j) {
-            const int idx = tid + j * NT, r = idx / (BN / 4), c = (idx % (BN / 4)) * 4;
-            const int gk = k0 + r, gn = bn + c;
-            float v[4] = {0.f, 0.f, 0.f, 0.f};
-            if (gk < K) {
-                const float* p = B + (long long)gk * N;
-#pragma unroll
-                for (int i = 0; i < 4; ++i) v[i] = (gn + i < N) ? p[gn + i] : 0.f;
-            }
-            rb[j] = make_float4(v[0], v[1], v[2], v[3]);
-        }
-    }
-}
+#include "common/sgemm_slab.cuh"   // load_slab: this thread's float4 share of the A and B slabs
 
 extern "C" __global__ void __launch_bounds__(NT, 2)
 sgemm_vectorized(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,

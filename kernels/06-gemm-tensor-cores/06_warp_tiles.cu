@@ -89,110 +89,11 @@ static_assert(SMEM_BYTES <= 227 * 1024, "shared memory: 227 KB per block at most
 
 typedef __nv_bfloat16 bf16;
 
-// Where 16-byte chunk c of row r of a tile whose rows hold `chunks` chunks lands. Unswizzled: chunk c.
-// Swizzled: the chunk index is XORed with bits of the row so that the 8 rows an ldmatrix reads at one
-// logical chunk (and the 8 chunks a quarter-warp of cp.asyncs writes) fall in 8 different 16-byte bank
-// groups. 128-byte or longer rows: c ^ (r % 8). 64-byte rows (two per 128-byte line): c ^ ((r / 2) % 4).
-__device__ __forceinline__ int swz(int r, int c, int chunks)
-{
-#if SWIZZLE
-    return chunks >= 8 ? (c ^ (r & 7)) : (c ^ ((r >> 1) & 3));
-#else
-    return c;
-#endif
-}
-
-__device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int src_bytes)
-{
-    // src_bytes = 0: nothing is read, the 16 bytes at dst are zero-filled.
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
-                 : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr)
-                 : "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3,
-                                                  unsigned addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr)
-                 : "memory");
-}
-
-// D += A * B for one m16n8k16 tile: A 16x16 row-major (4 regs), B 16x8 "col" (2 regs), D fp32 (4 regs).
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2])
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// One k-tile's worth of global -> shared copies, load indices [lo, hi) of this thread's A_LOADS + B_LOADS.
-// VEC_N: 16-byte cp.async with zero-fill. !VEC_N (N % 8 != 0): B rows are not 16-byte aligned, so B is
-// read one element at a time and stored with a plain 16-byte st.shared (synchronous, same slot rules).
-// lo and hi are compile-time constants after unrolling, so the selection costs nothing.
-template <bool VEC_N>
-__device__ __forceinline__ void load_tile(const bf16* __restrict__ A, const bf16* __restrict__ B, int M, int N,
-                                          int K, int m0, int n0, int k0, unsigned sA, unsigned sB,
-                                          unsigned char* sB_ptr, int tid, int lo, int hi)
-{
-    const int a_r = tid / A_CHUNKS, a_c = tid % A_CHUNKS;
-    const int b_r = tid / B_CHUNKS, b_c = tid % B_CHUNKS;
-#pragma unroll
-    for (int i = 0; i < A_LOADS + B_LOADS; ++i) {
-        if (i < lo || i >= hi) continue;
-        if (i < A_LOADS) {
-            const int r = a_r + i * A_ROW_STEP;
-            const int m = m0 + r, k = k0 + a_c * 8;
-            const bool ok = m < M && k < K;
-            const bf16* src = ok ? A + (size_t)m * K + k : A;
-            cp_async16(sA + r * (A_LD * 2) + swz(r, a_c, A_CHUNKS) * 16, src, ok ? 16 : 0);
-        } else {
-            const int r = b_r + (i - A_LOADS) * B_ROW_STEP;
-            const int k = k0 + r, n = n0 + b_c * 8;
-            const int off = r * (B_LD * 2) + swz(r, b_c, B_CHUNKS) * 16;
-            if (VEC_N) {
-                const bool ok = k < K && n < N;
-                const bf16* src = ok ? B + (size_t)k * N + n : B;
-                cp_async16(sB + off, src, ok ? 16 : 0);
-            } else {
-                const unsigned short* row = reinterpret_cast<const unsigned short*>(B) + (size_t)k * N;
-                unsigned v[4];
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const unsigned e0 = (k < K && n + 2 * j < N) ? row[n + 2 * j] : 0u;
-                    const unsigned e1 = (k < K && n + 2 * j + 1 < N) ? row[n + 2 * j + 1] : 0u;
-                    v[j] = e0 | (e1 << 16);
-                }
-                *reinterpret_cast<uint4*>(sB_ptr + off) = make_uint4(v[0], v[1], v[2], v[3]);
-            }
-        }
-    }
-}
+#include "common/smem_addr.cuh"        // smem_u32
+#include "common/cp_async.cuh"         // cp_async16, cp_async_commit, cp_async_wait
+#include "common/mma_sm80.cuh"         // ldmatrix_x4, ldmatrix_x4_trans, mma_bf16
+#include "common/smem_swizzle.cuh"     // swz (by SWIZZLE, defined above)
+#include "common/gemm_tile_load.cuh"   // load_tile (sized by the tile macros above)
 
 template <bool VEC_N>
 __device__ __forceinline__ void gemm_body(const bf16* __restrict__ A, const bf16* __restrict__ B,

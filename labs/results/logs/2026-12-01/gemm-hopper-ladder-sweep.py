@@ -47,7 +47,7 @@ T_START = time.time()
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[3] if len(HERE.parents) > 3 else HERE
 KDIR = pathlib.Path(os.environ.get("GEMM07_KDIR", ROOT / "kernels" / "07-gemm-hopper"))
-NVRTC_OPTS = ("-std=c++17", "-arch=sm_90a")
+NVRTC_OPTS = ("-std=c++17", "-arch=sm_90a", f"-I{KDIR.parent}")
 CHILD_STALL_S = 20.0          # no progress from a child for this long: kill it, skip the build
 CHILD_READY_S = 180.0         # importing torch + cupy in a fresh child
 SWEEP_GUARD_S = 90.0

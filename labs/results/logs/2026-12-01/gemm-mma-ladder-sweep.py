@@ -148,7 +148,7 @@ def gpu():
 
 def options(defs):
     cp, _, _ = gpu()
-    return ("-std=c++17", f"-arch=sm_{_ctx['cc']}") + tuple(f"-D{k}={v}" for k, v in defs.items())
+    return ("-std=c++17", f"-arch=sm_{_ctx['cc']}", f"-I{KDIR.parent}") + tuple(f"-D{k}={v}" for k, v in defs.items())
 
 
 class Gemm:
