@@ -7,7 +7,7 @@
 // 4 bytes = 8 KiB per SM, against the ~25 KiB per SM an H200 needs); expect well under the library copy
 // (cudaMemcpy): about two thirds of it on an H200.
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "copy"):
-//   copy_scalar at 134217728: 0.4013 ms, 2675 GB/s, 63.6% of copy, 0.64x cupy.copyto
+//   copy_scalar at 134217728: 0.4008 ms, 2679 GB/s, 63.7% of copy, 0.64x cupy.copyto
 extern "C" __global__ void copy_scalar(const float* __restrict__ x, float* __restrict__ y, long long n)
 {
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;  // 64-bit: n may exceed 2^31

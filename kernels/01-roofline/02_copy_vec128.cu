@@ -5,7 +5,7 @@
 // thread keeps 64 bytes in flight. The grid is sized to the GPU (a few blocks per SM), not to the data.
 // Prediction: enough bytes in flight to saturate HBM: within a few percent of cudaMemcpy (cupy.copyto).
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "copy"):
-//   copy_vec128 at 134217728: 0.2729 ms, 3934 GB/s, 93.6% of copy, 0.94x cupy.copyto
+//   copy_vec128 at 134217728: 0.2724 ms, 3942 GB/s, 93.7% of copy, 0.94x cupy.copyto
 extern "C" __global__ void copy_vec128(const float* __restrict__ x, float* __restrict__ y, long long n)
 {
     const long long n_vec = n / 4;                         // whole float4s; the wrapper checks alignment

@@ -10,7 +10,7 @@
 // last percent, this version recovers them: at least 97% of cupy.copyto. If instead the per-block cost of
 // 2^25 / 256 = 131,072 short-lived blocks dominates, it lands below version 2.
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "copy"):
-//   copy_vec128_flat at 134217728: 0.2536 ms, 4235 GB/s, 100.7% of copy, 1.01x cupy.copyto
+//   copy_vec128_flat at 134217728: 0.2535 ms, 4235 GB/s, 100.7% of copy, 1.01x cupy.copyto
 extern "C" __global__ void copy_vec128_flat(const float* __restrict__ x, float* __restrict__ y, long long n)
 {
     const long long n_vec = n / 4;                         // whole float4s; the wrapper checks alignment

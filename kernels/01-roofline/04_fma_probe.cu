@@ -7,7 +7,7 @@
 // Prediction: with 2048 threads per SM and 8-way ILP, the FMA pipes stay full: above 95% of
 // SMs x 128 lanes x 2 FLOP x the SM clock it ran at.
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "fma"):
-//   fma_probe at 270336: 4.3439 ms, 65.3 TFLOP/s, 97.5% of fp32_peak, 0.98x fp32 peak: SMs x lanes x 2 x clock
+//   fma_probe at 270336: 4.3441 ms, 65.3 TFLOP/s, 97.5% of fp32_peak, 0.98x fp32 peak: SMs x lanes x 2 x clock
 extern "C" __global__ void fma_probe(float* out, float mul, float add, int iters)
 {
     float a0 = threadIdx.x, a1 = a0 + 1.f, a2 = a0 + 2.f, a3 = a0 + 3.f;

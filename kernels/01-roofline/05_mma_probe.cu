@@ -9,7 +9,7 @@
 // Prediction: on an H200 about 60-65% of the 989 TFLOP/s bf16 datasheet rate, since that rate is quoted
 // for wgmma; on an A100 close to its 312 TFLOP/s, where mma.sync is the native instruction.
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "mma"):
-//   mma_probe at 135168: 3.5652 ms, 636.1 TFLOP/s, 78.5% of bf16
+//   mma_probe at 135168: 3.5671 ms, 635.7 TFLOP/s, 80.3% of bf16
 #include "common/mma_sm80.cuh"   // mma_bf16: one bf16 m16n8k16 mma.sync, fp32 accumulate
 
 #define MMA_CHAINS 8

@@ -19,8 +19,8 @@
 // handles about one such tag lookup per cycle, so an SM retires on the order of 1-2 FMAs per cycle
 // instead of 128. That is ~0.5-1 TFLOP/s: ~1-2% of cuBLAS, about 150-300 ms per 4096^3 product.
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "sgemm"):
-//   naive at 4096x4096x4096: 275.6090 ms, 0.5 TFLOP/s, 0.8% of fp32, 0.01x cuBLAS fp32 (TF32 off)
-//   naive at 8192x1024x4096: 139.0185 ms, 0.5 TFLOP/s, 0.8% of fp32, 0.01x cuBLAS fp32 (TF32 off)
+//   naive at 4096x4096x4096: 275.6229 ms, 0.5 TFLOP/s, 0.8% of fp32, 0.01x cuBLAS fp32 (TF32 off)
+//   naive at 8192x1024x4096: 139.0182 ms, 0.5 TFLOP/s, 0.8% of fp32, 0.01x cuBLAS fp32 (TF32 off)
 
 #define BLOCK 32      // the block is BLOCK x BLOCK threads and covers a BLOCK x BLOCK tile of C
 

@@ -19,8 +19,8 @@
 // lower (siboehm's A6000 figure scaled by SMs x clock gives ~3.4): expect ~3-6 TFLOP/s, 6-12% of
 // cuBLAS, 5-10x version 1.
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "sgemm"):
-//   coalesced at 4096x4096x4096: 23.9140 ms, 5.7 TFLOP/s, 8.8% of fp32, 0.11x cuBLAS fp32 (TF32 off)
-//   coalesced at 8192x1024x4096: 10.3465 ms, 6.6 TFLOP/s, 10.2% of fp32, 0.13x cuBLAS fp32 (TF32 off)
+//   coalesced at 4096x4096x4096: 23.8999 ms, 5.8 TFLOP/s, 8.8% of fp32, 0.11x cuBLAS fp32 (TF32 off)
+//   coalesced at 8192x1024x4096: 10.3472 ms, 6.6 TFLOP/s, 10.2% of fp32, 0.13x cuBLAS fp32 (TF32 off)
 
 #define BLOCK 32      // the block is BLOCK x BLOCK threads and covers a BLOCK x BLOCK tile of C
 

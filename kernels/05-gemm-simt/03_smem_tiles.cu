@@ -23,8 +23,8 @@
 // a third of the issue slots do math at best, before the 2 barriers per slab. Expect ~5-8 TFLOP/s,
 // 10-16% of cuBLAS, ~1.5x version 2.
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "sgemm"):
-//   smem_tiles at 4096x4096x4096: 16.5732 ms, 8.3 TFLOP/s, 12.7% of fp32, 0.16x cuBLAS fp32 (TF32 off)
-//   smem_tiles at 8192x1024x4096: 7.6274 ms, 9.0 TFLOP/s, 13.8% of fp32, 0.18x cuBLAS fp32 (TF32 off)
+//   smem_tiles at 4096x4096x4096: 16.5697 ms, 8.3 TFLOP/s, 12.7% of fp32, 0.16x cuBLAS fp32 (TF32 off)
+//   smem_tiles at 8192x1024x4096: 7.6296 ms, 9.0 TFLOP/s, 13.8% of fp32, 0.18x cuBLAS fp32 (TF32 off)
 
 #ifndef TILE
 #define TILE 32       // BM = BN = BK = TILE; the block is TILE x TILE threads (TILE <= 32)

@@ -21,8 +21,8 @@
 // (48 warps) per SM hide the per-slab global latency only in part. Expect ~12-18 TFLOP/s, 25-35% of
 // cuBLAS, ~2x version 3.
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "sgemm"):
-//   blocktile_1d at 4096x4096x4096: 8.1195 ms, 16.9 TFLOP/s, 25.9% of fp32, 0.33x cuBLAS fp32 (TF32 off)
-//   blocktile_1d at 8192x1024x4096: 4.0672 ms, 16.9 TFLOP/s, 25.9% of fp32, 0.33x cuBLAS fp32 (TF32 off)
+//   blocktile_1d at 4096x4096x4096: 8.1272 ms, 16.9 TFLOP/s, 25.9% of fp32, 0.33x cuBLAS fp32 (TF32 off)
+//   blocktile_1d at 8192x1024x4096: 4.0684 ms, 16.9 TFLOP/s, 25.9% of fp32, 0.33x cuBLAS fp32 (TF32 off)
 
 #ifndef BM
 #define BM 64

@@ -24,8 +24,8 @@
 // the SM is about as busy as the FMA pipes, so it binds. Global loads overlap math only across the 2
 // blocks of an SM. Expect ~25-32 TFLOP/s, 50-60% of cuBLAS, ~2x version 4.
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "sgemm"):
-//   blocktile_2d at 4096x4096x4096: 5.0168 ms, 27.4 TFLOP/s, 42.0% of fp32, 0.54x cuBLAS fp32 (TF32 off)
-//   blocktile_2d at 8192x1024x4096: 2.5085 ms, 27.4 TFLOP/s, 42.0% of fp32, 0.54x cuBLAS fp32 (TF32 off)
+//   blocktile_2d at 4096x4096x4096: 5.0160 ms, 27.4 TFLOP/s, 42.0% of fp32, 0.54x cuBLAS fp32 (TF32 off)
+//   blocktile_2d at 8192x1024x4096: 2.4884 ms, 27.6 TFLOP/s, 42.3% of fp32, 0.55x cuBLAS fp32 (TF32 off)
 
 #ifndef BM
 #define BM 128

@@ -41,8 +41,8 @@
 // shared wavefronts, the same instructions), APAD=0 within a few percent (the transposing stores are
 // 4 per thread per slab, the loads 32 LDS.128).
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "sgemm"):
-//   vectorized at 4096x4096x4096: 3.8476 ms, 35.7 TFLOP/s, 54.7% of fp32, 0.70x cuBLAS fp32 (TF32 off)
-//   vectorized at 8192x1024x4096: 1.9504 ms, 35.2 TFLOP/s, 54.0% of fp32, 0.70x cuBLAS fp32 (TF32 off)
+//   vectorized at 4096x4096x4096: 3.8542 ms, 35.7 TFLOP/s, 54.6% of fp32, 0.70x cuBLAS fp32 (TF32 off)
+//   vectorized at 8192x1024x4096: 1.9429 ms, 35.4 TFLOP/s, 54.2% of fp32, 0.70x cuBLAS fp32 (TF32 off)
 
 #ifndef BM
 #define BM 128

@@ -30,8 +30,8 @@
 // Still exposed: each slab's global-load latency (~1 us), overlapped only by the other block. Expect
 // ~36-42 TFLOP/s, 70-82% of cuBLAS, 5-15% over version 6.
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "sgemm"):
-//   warptile at 4096x4096x4096: 3.3542 ms, 41.0 TFLOP/s, 62.8% of fp32, 0.80x cuBLAS fp32 (TF32 off)
-//   warptile at 8192x1024x4096: 1.6935 ms, 40.6 TFLOP/s, 62.2% of fp32, 0.80x cuBLAS fp32 (TF32 off)
+//   warptile at 4096x4096x4096: 3.3546 ms, 41.0 TFLOP/s, 62.8% of fp32, 0.80x cuBLAS fp32 (TF32 off)
+//   warptile at 8192x1024x4096: 1.6944 ms, 40.6 TFLOP/s, 62.1% of fp32, 0.80x cuBLAS fp32 (TF32 off)
 
 #ifndef BM
 #define BM 128

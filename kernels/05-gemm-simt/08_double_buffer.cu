@@ -41,10 +41,10 @@
 // full FMA load. Expect ~42-47 TFLOP/s, 82-92% of cuBLAS, 65-72% of the 65 TFLOP/s FMA roof; the
 // sweep should find a few percent more (BK = 16 halves the per-slab overhead if registers allow).
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "sgemm"):
-//   double_buffer at 4096x4096x4096: 3.4080 ms, 40.3 TFLOP/s, 61.8% of fp32, 0.79x cuBLAS fp32 (TF32 off)
-//   double_buffer at 8192x1024x4096: 1.6856 ms, 40.8 TFLOP/s, 62.5% of fp32, 0.80x cuBLAS fp32 (TF32 off)
-//   tuned at 4096x4096x4096: 2.8238 ms, 48.7 TFLOP/s, 74.6% of fp32, 0.95x cuBLAS fp32 (TF32 off)
-//   tuned at 8192x1024x4096: 1.4142 ms, 48.6 TFLOP/s, 74.5% of fp32, 0.96x cuBLAS fp32 (TF32 off)
+//   double_buffer at 4096x4096x4096: 3.4084 ms, 40.3 TFLOP/s, 61.8% of fp32, 0.79x cuBLAS fp32 (TF32 off)
+//   double_buffer at 8192x1024x4096: 1.6858 ms, 40.8 TFLOP/s, 62.5% of fp32, 0.81x cuBLAS fp32 (TF32 off)
+//   tuned at 4096x4096x4096: 2.8180 ms, 48.8 TFLOP/s, 74.7% of fp32, 0.95x cuBLAS fp32 (TF32 off)
+//   tuned at 8192x1024x4096: 1.4126 ms, 48.6 TFLOP/s, 74.5% of fp32, 0.96x cuBLAS fp32 (TF32 off)
 
 #ifndef BM
 #define BM 128
