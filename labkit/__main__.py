@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+
 from .runner.gpu_check import CELL_TIMEOUT
 
 

@@ -14,6 +14,7 @@ import importlib
 import pkgutil
 import re
 from types import ModuleType
+
 from ..errors import LabkitError
 
 _NAME = re.compile(r"^ch(\d\d)$")

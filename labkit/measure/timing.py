@@ -8,6 +8,7 @@ import dataclasses
 import os
 import statistics
 from typing import Callable, Sequence
+
 from .device import sm_count
 
 
