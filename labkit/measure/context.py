@@ -2,6 +2,9 @@
 a record maker that measures each memory-bound kernel's own-size copy in the same run."""
 from __future__ import annotations
 
+import json
+import os
+
 from ..errors import CheckFailed
 from .checks import compare
 from .device import now_iso
@@ -62,8 +65,6 @@ class Context:
 
 def _log_profiled(profile_id: int, op: str, kernel: str, shape) -> None:
     """Under the profiler (runner.profile): note which record the profiled call `profile_id` made."""
-    import json
-    import os
     log = os.environ.get("LABKIT_PROFILE_LOG")
     if log:
         with open(log, "a") as f:
