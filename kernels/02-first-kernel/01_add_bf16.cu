@@ -9,8 +9,9 @@
 // Prediction: bytes = 6n (2 read from x, 2 from b, 2 written to y), FLOPs = n. At n = 2^28 that is 1.61 GB,
 // a floor of 0.39 ms at the 4.1 TB/s that a copy reaches on an H200. Each warp load moves 64 contiguous
 // bytes (2 sectors: coalesced), but each thread has only its two 2-byte loads in flight: 2048 resident
-// threads x 4 B = 8 KB per SM, against the ~25 KB per SM that Little's law asks for (4.8 TB/s x ~700 ns
-// / 132 SMs). So about a third to a half of the copy bandwidth, ~0.7-0.9 ms, whatever the block size.
+// threads x 4 B = 8 KiB of loads per SM, about half the 16.6 KiB per SM that Little's law asks for (chapter
+// 01's table of bytes in flight, 2 : 1 traffic: 3.2 TB/s of reads x 700 ns / 132 SMs). So about a third to
+// a half of the copy bandwidth, ~0.7-0.9 ms, whatever the block size.
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "add_bf16"):
 //   naive at 268435456: 0.7782 ms, 2070 GB/s, 48.6% of copy, 0.47x torch.add
 #include <cuda_bf16.h>

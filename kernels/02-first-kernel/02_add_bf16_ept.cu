@@ -7,12 +7,13 @@
 // the registers are indexed by constants only (no local memory), and EPT = 1 is version 1's code.
 // The grid is ceil(n / (threads x EPT)) blocks, so G x EPT >= n and every element is handled exactly once.
 //
-// Prediction: bytes = 6n, FLOPs = n, as for version 1. Bytes in flight per thread grow EPT-fold (4 B x EPT):
-// 8 KB per SM at EPT = 1 (version 1), 16 KB at 2, 32 KB at 4, 64 KB at 8, against ~25 KB needed, so the
-// bandwidth should rise from about half of copy at EPT = 1 towards the copy ceiling at EPT = 4-8 (issue and
-// sector-request rates of 2-byte loads keep it a little under the 128-bit kernels of chapter 03). Block
-// size: 32 threads per block caps an SM at 32 blocks = 1024 threads (half the bytes in flight: slowest);
-// 64 to 1024 all fill the 2048 thread slots, a plateau within a few percent.
+// Prediction: bytes = 6n, FLOPs = n, as for version 1. Loads in flight per thread grow EPT-fold (4 B x EPT):
+// 8 KiB per SM at EPT = 1 (version 1), 16 KiB at 2, 32 KiB at 4, 64 KiB at 8, against the 16.6 KiB needed
+// (chapter 01's table of bytes in flight, 2 : 1 traffic), so the bandwidth should rise from about half of
+// copy at EPT = 1 towards the copy ceiling at EPT = 4-8 (issue and sector-request rates of 2-byte loads
+// keep it a little under the 128-bit kernels of chapter 03). Block size: 32 threads per block caps an SM
+// at 32 blocks = 1024 threads (half the bytes in flight: slowest); 64 to 1024 all fill the 2048 thread
+// slots, a plateau within a few percent.
 // Result (H200, the lab's sweep over block size and ept): see the chapter 02 lab.
 #include <cuda_bf16.h>
 

@@ -8,9 +8,10 @@
 // x[1:] starts 2 bytes off).
 //
 // Prediction: bytes = 6n, FLOPs = n, as before. Each warp load now moves 512 contiguous bytes (16 sectors:
-// fully coalesced), and a thread has 2 x 16 = 32 B in flight instead of 4: 2048 threads x 32 B = 64 KB per SM,
-// well above the ~25 KB that Little's law asks for. Index arithmetic and instructions per byte fall 8x. So the
-// kernel stops being latency-bound: above 90% of copy, a little under 2x the naive kernel. What is left is the
+// fully coalesced), and a thread has 2 x 16 = 32 B of loads in flight instead of 4: 2048 threads x 32 B =
+// 64 KiB per SM, about four times the 16.6 KiB that Little's law asks for (chapter 01's table of bytes in
+// flight, 2 : 1 traffic). Index arithmetic and instructions per byte fall 8x. So the kernel stops being
+// latency-bound: above 90% of copy, a little under 2x the naive kernel. What is left is the
 // per-block cost of 2^25 / 256 = 131,072 short-lived blocks (launch, index set-up, retire).
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "add_bf16"):
 //   vec128 at 268435456: 0.3654 ms, 4408 GB/s, 103.5% of copy, 1.00x torch.add

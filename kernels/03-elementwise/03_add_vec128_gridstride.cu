@@ -14,9 +14,10 @@
 // which leaves room for only 6 blocks per SM); ptxas reports 32 registers and no spills for each width.
 //
 // Prediction: bytes = 6n, FLOPs = n. Per thread, one unrolled iteration holds 8 x 16 B = 128 B of loads in
-// flight at W = 8 (64 B at W = 4, 32 B at W = 2); 8 blocks x 256 threads hold 256 KB per SM, ten times the
-// ~25 KB that Little's law asks for, so latency stays covered even at 1-2 blocks per SM. Setup is paid once
-// per thread (about 124 vectors each at n = 2^28) instead of once per vector. Expect a few percent over
+// flight at W = 8 (64 B at W = 4, 32 B at W = 2); 8 blocks x 256 threads hold 256 KiB per SM, fifteen
+// times the 16.6 KiB that Little's law asks for (chapter 01's table of bytes in flight, 2 : 1 traffic), so
+// latency stays covered even at 1-2 blocks per SM. Setup is paid once per thread (about 124 vectors each
+// at n = 2^28) instead of once per vector. Expect a few percent over
 // `vec128`: 97-100% of copy, about 1x torch. Narrower vectors need 2x / 4x the load instructions per byte:
 // W = 4 should still reach the ceiling, W = 2 may fall short of it at low blocks per SM.
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "add_bf16"):

@@ -11,8 +11,10 @@
 // Prediction (65536 x 4096 bf16): bytes that must move = 2*2*M*N + 2*N = 1.07 GB (x read, y written,
 // w once), a floor of about 0.26 ms at ~4.1 TB/s. This kernel moves more and hides less:
 //  - scalar 2-byte loads: a warp instruction fetches 64 bytes, an eighth of what 16-byte vectors fetch,
-//    so each SM needs 8x more load instructions for the same bytes (even if the compiler unrolls the
-//    strided loop to keep a few loads in flight per thread, 2048 threads x ~8 bytes is ~16 KB per SM);
+//    so each SM needs 8x more load instructions for the same bytes, and one load in flight per thread is
+//    2048 threads x 2 B = 4 KiB of loads per SM, a third of the 12.4 KiB that Little's law asks for
+//    (chapter 01's table of bytes in flight, 1 : 1 traffic); if the compiler unrolls the strided loop to
+//    ~4 loads per thread (~16 KiB) the need is met, and the other two costs carry the estimate;
 //  - the second read of the row mostly hits L1/L2 (rows in flight: 132 SMs x 8 blocks x 8 KB = 8.6 MB
 //    of a 60 MB L2), so DRAM traffic stays near 1x, but the row goes through the load path twice;
 //  - 9 __syncthreads() for the tree, in which most threads idle.

@@ -16,11 +16,11 @@
 //
 // Prediction (65536 x 4096 bf16, tpr = 128, 4 vectors per thread, 2 rows per 256-thread block):
 // bytes = 2*2*M*N + 2*N = 1.07 GB, floor ~0.26 ms at ~4.1 TB/s. Each thread has 64 bytes of loads in
-// flight; at 2048 resident threads per SM that is up to 128 KB per SM, ~17 MB over 132 SMs, several
-// times what Little's law asks for (~4 TB/s x ~1 us = ~4 MB), even though a row's loads stop while it
-// reduces and stores. Arithmetic: ~4 FLOPs per element, far below the
-// fp32 rate. So: within a few percent of the copy bandwidth (>= 95%), like a plain Triton kernel of the
-// same shape, and ahead of F.rms_norm.
+// flight; at 2048 resident threads per SM that is up to 128 KiB per SM, ten times the 12.4 KiB that
+// Little's law asks for (chapter 01's table of bytes in flight, 1 : 1 traffic), even though a row's loads
+// stop while it reduces and stores. Arithmetic: ~4 FLOPs per element, far below the fp32 rate. So: within
+// a few percent of the copy bandwidth (>= 95%), like a plain Triton kernel of the same shape, and ahead
+// of F.rms_norm.
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "rmsnorm"):
 //   regs at 65536x4096: 0.2571 ms, 4177 GB/s, 98.3% of copy, 1.18x torch.nn.functional.rms_norm
 #include <cuda_bf16.h>
