@@ -1,8 +1,10 @@
 """The book builds with -W -n, and reads in a real browser: every page of the table of contents, served on
 127.0.0.1 and driven by Playwright through Debian's Chromium (no browser download), loads nothing from the
-network, logs no console errors, has no broken images and no unrendered math."""
+network, logs no console errors, has no broken images and no unrendered math; its Chinese subtitles are drawn
+in the CJK web font shipped with the book (_static/fonts/, tools/make_cjk_font.py), not in a system font."""
 import functools
 import http.server
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -27,6 +29,39 @@ def toc_pages() -> list[str]:
     for part in toc.get("parts", []):
         walk(part.get("chapters"))
     return pages
+
+
+CJK_FAMILY = "Book CJK"   # the @font-face of _static/cjk.css
+HAS_CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uff00-\uffef]")
+
+
+def page_has_cjk(name: str) -> bool:
+    src = ROOT / f"{name}.md"
+    return src.exists() and bool(HAS_CJK.search(src.read_text(encoding="utf-8")))
+
+
+def check_cjk_font(page, cdp) -> list[str]:
+    """Problems with the CJK web font on the page now loaded: it must be loaded, and the first CJK <em> of the
+    page (the chapter's Chinese subtitle) must be drawn with it, not with a font of the machine."""
+    state = page.evaluate("""async (family) => {
+        await document.fonts.ready;
+        const em = [...document.querySelectorAll('main em, article em')].find(e => /[\u4e00-\u9fff]/.test(e.textContent));
+        if (em) em.setAttribute('data-cjk-check', '');
+        return {subtitle: em ? em.textContent : null,
+                faces: [...document.fonts].filter(f => f.family.replace(/["']/g, '') === family).map(f => f.status),
+                check: document.fonts.check('1em "' + family + '"', '阿')};
+    }""", CJK_FAMILY)
+    problems = []
+    if not state["subtitle"]:
+        return ["no Chinese subtitle (<em> with CJK text) found"]
+    if "loaded" not in state["faces"] or not state["check"]:
+        problems.append(f"web font {CJK_FAMILY!r} not loaded (faces {state['faces']}, check {state['check']})")
+    doc = cdp.send("DOM.getDocument", {"depth": 0})
+    node = cdp.send("DOM.querySelector", {"nodeId": doc["root"]["nodeId"], "selector": "[data-cjk-check]"})
+    fonts = cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node["nodeId"]})["fonts"]
+    if not any(f["isCustomFont"] and "CJK" in f["familyName"] for f in fonts):
+        problems.append(f"subtitle {state['subtitle']!r} drawn with {fonts}, not the book's CJK web font")
+    return problems
 
 
 @pytest.mark.slow
@@ -95,6 +130,10 @@ def test_every_page_renders_in_chromium(server, built_book):
             problems.append(f"{current['url']}: requested {r.request.url} from the network")
             return r.abort()
         page.route("**/*", route)
+        cdp = page.context.new_cdp_session(page)
+        cdp.send("DOM.enable")
+        cdp.send("CSS.enable")
+        cjk_pages = []
         for name in toc_pages():
             current["url"] = f"{server}/{name}.html"
             resp = page.goto(current["url"], wait_until="load")
@@ -110,11 +149,15 @@ def test_every_page_renders_in_chromium(server, built_book):
             for raw in ("\\(", "\\[", "$$"):
                 if raw in text:
                     problems.append(f"{name}: unrendered math ({raw!r} left in the text)")
+            if page_has_cjk(name):
+                cjk_pages.append(name)
+                problems += [f"{name}: {p}" for p in check_cjk_font(page, cdp)]
             page.screenshot(path=str(shots / (name.replace("/", "_") + ".png")), full_page=False)
         # a chapter page must have math that MathJax turned into markup
         page.goto(f"{server}/book/01-roofline/index.html", wait_until="load")
         page.evaluate("async () => { await MathJax.startup.promise; }")
         assert page.locator("mjx-container").count() > 0, "MathJax did not render the chapter's math"
+        assert "book/04-reductions/index" in cjk_pages and "intro" in cjk_pages, cjk_pages
         browser.close()
     assert not problems, "\n".join(problems)
 
