@@ -92,6 +92,7 @@ typedef __nv_bfloat16 bf16;
 #include "common/smem_addr.cuh"        // smem_u32
 #include "common/cp_async.cuh"         // cp_async16, cp_async_commit, cp_async_wait
 #include "common/mma_sm80.cuh"         // ldmatrix_x4, ldmatrix_x4_trans, mma_bf16
+#include "common/mma_epilogue.cuh"     // store_acc_direct
 #include "common/smem_swizzle.cuh"     // swz (by SWIZZLE, defined above)
 #include "common/gemm_tile_load.cuh"   // load_tile (sized by the tile macros above)
 
@@ -176,29 +177,8 @@ __device__ __forceinline__ void gemm_body(const bf16* __restrict__ A, const bf16
     }
     cp_async_wait<0>();
 
-    // Epilogue: each thread stores its accumulators straight from registers, two adjacent columns
-    // (one bf16x2) per row and n8 tile: a warp store covers 8 rows x 16 bytes.
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int m = m0 + warp_m * WM + mi * 16 + g + half * 8;
-            if (m >= M) continue;
-#pragma unroll
-            for (int ni = 0; ni < NI; ++ni) {
-                const int n = n0 + warp_n * WN + ni * 8 + 2 * t;
-                const float v0 = acc[mi][ni][2 * half], v1 = acc[mi][ni][2 * half + 1];
-                if (VEC_N) {
-                    if (n < N) {
-                        *reinterpret_cast<__nv_bfloat162*>(C + (size_t)m * N + n) = __floats2bfloat162_rn(v0, v1);
-                    }
-                } else {
-                    if (n < N) C[(size_t)m * N + n] = __float2bfloat16_rn(v0);
-                    if (n + 1 < N) C[(size_t)m * N + n + 1] = __float2bfloat16_rn(v1);
-                }
-            }
-        }
+    // Epilogue: straight from registers (common/mma_epilogue.cuh).
+    store_acc_direct<VEC_N>(C, M, N, m0 + warp_m * WM, n0 + warp_n * WN, acc, lane);
 }
 
 extern "C" __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
