@@ -27,6 +27,11 @@ def _compile_check(args):
     from .errors import KernelCompileError
     from .measure.compile import compile_check, course_headers, read_source, target_archs
     from .paths import KERNELS
+
+    def rel(f) -> str:                 # "common/x.cuh" for a path given from here or from kernels/
+        p = Path(f) if Path(f).exists() else KERNELS / f
+        return p.resolve().relative_to(KERNELS.resolve()).as_posix()
+
     kernels = sorted(KERNELS.rglob("*.cu"))
     includers: dict[str, list] = {}
     for k in kernels:
@@ -34,23 +39,17 @@ def _compile_check(args):
             includers.setdefault(h, []).append(k)
     asked = [f for f in args.files if f.endswith((".cu", ".cuh"))]
     if asked:
-        files = []
-        for f in asked:
-            rel = Path(f).resolve().relative_to(KERNELS.resolve()).as_posix() if Path(f).is_absolute() or \
-                Path(f).exists() else f
-            files += includers.get(rel, [f]) if f.endswith(".cuh") else [f]
+        files = [x for f in asked for x in (includers.get(rel(f), [f]) if f.endswith(".cuh") else [f])]
     else:
-        files = kernels + [h for h in sorted(KERNELS.rglob("*.cuh"))
-                           if h.relative_to(KERNELS).as_posix() not in includers]
+        files = kernels + [h for h in sorted(KERNELS.rglob("*.cuh")) if rel(h) not in includers]
     bad = 0
     for f in dict.fromkeys(str(x) for x in files):
         src, _ = read_source(f)
-        if f.endswith(".cuh"):
-            src = f'#include "{Path(f).resolve().relative_to(KERNELS.resolve()).as_posix()}"\n' + \
-                  ("// requires: sm_90a\n" if "requires: sm_90a" in read_source(f)[0] else "")
+        if f.endswith(".cuh"):          # a translation unit that includes the header, for its target
+            src = f'#include "{rel(f)}"\n' + ("// requires: sm_90a\n" if "requires: sm_90a" in src else "")
         for arch in ([args.arch] if args.arch else target_archs(src)):
             try:
-                rep = compile_check(src if f.endswith(".cuh") else f, arch)
+                rep = compile_check(src if f.endswith(".cuh") else f, arch)   # a file: errors name it
             except KernelCompileError as e:
                 print(f"FAIL {f} [{arch}]\n{e}")
                 bad += 1
