@@ -4,6 +4,8 @@ Runs without a GPU: it only reads labs/results/<gpu>.json, which the GPU runner 
 """
 from __future__ import annotations
 
+import re
+
 from .. import chapters
 from ..measure.records import records_table
 from ..paths import RESULTS
@@ -15,7 +17,6 @@ CEILING_KEYS = ("copy_gbps", "fp32_tflops", "fp32_peak_tflops", "mma_tflops", "w
 
 def metric_key(column: str) -> str:
     """A profile column as a glue key: 'FMA pipe %' -> 'fma_pipe_pct', 'DRAM read MB' -> 'dram_read_mb'."""
-    import re
     return re.sub(r"[^a-z0-9]+", "_", column.lower().replace("%", "pct").replace("/", " per ")).strip("_")
 
 
