@@ -121,13 +121,13 @@ def test_lab_has_an_inline_kernel_compiled_with_rawkernel_that_nvrtc_accepts(pat
         from cupy.cuda import nvrtc  # noqa: F401  (a compiled module: importorskip cannot import it by path)
     except ImportError:
         pytest.skip("no NVRTC here (cupy.cuda.nvrtc)")
-    from labkit.measure.compile import compile_check
+    from labkit.measure.compile import compile_check, target_archs
     inline = {n: k for n, k in _bindings(path).items() if k[2] == "inline"}
     assert inline, "no 'edit this kernel' cell: CUDA source in a string, compiled with cupy.RawKernel"
     files = {strip_comments(f.read_text()) for f in KERNELS.rglob("*.cu")}
     for var, (source, name, _) in inline.items():
         assert strip_comments(source) not in files, f"{var}: the inline kernel is a copy of a kernel file"
-        for arch in ("sm_80", "sm_90"):
+        for arch in target_archs(source):               # sm_80 and sm_90, or sm_90a for a Hopper-only kernel
             report = compile_check(source, arch)        # raises KernelCompileError, quoting the line
             assert name in report.functions, f"{name} not compiled for {arch}: {list(report.functions)}"
             assert report.functions[name].spills == 0, f"{name} spills registers on {arch}"
@@ -155,6 +155,8 @@ def test_raw_launches_pass_what_the_kernel_declares(path):
                            and isinstance(a.func.value, ast.Name) and a.func.value.id in ("np", "numpy", "cp", "cupy"))
                 if t == "pointer":
                     assert not np_call, f"{where}: {p} is a pointer, given {ast.unparse(a)}"
+                elif "TmaDesc" in t:                # a tensor map by value: the 128 bytes tensor_map() returns
+                    assert not np_call, f"{where}: {p} is a tensor map, given {ast.unparse(a)}"
                 else:
                     assert t in SCALARS, f"{where}: unexpected parameter type {p!r}"
                     assert np_call and a.func.attr == SCALARS[t], \

@@ -100,3 +100,7 @@ gemm_wgmma_smem(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16
     }
     store_tile_direct<BN>(acc, C, M, N, m0 + wg * 64, n0, tid & 127);
 }
+
+#define SCHEDULE 0    // one block per tile, 2D grid
+#define OPERANDS 0    // A, B, C pointers
+#include "common/hopper_launch_config.cuh"   // launch_config: this build's geometry, for the host

@@ -105,3 +105,7 @@ gemm_tma_ring(const __grid_constant__ TmaDesc tmA, const __grid_constant__ TmaDe
     }
     store_tile_direct<BN>(acc, C, M, N, m0 + wg * 64, n0, tid & 127);
 }
+
+#define SCHEDULE 0    // one block per tile, 2D grid
+#define OPERANDS 1    // tensor maps of A and B, C pointer
+#include "common/hopper_launch_config.cuh"   // launch_config: this build's geometry, for the host

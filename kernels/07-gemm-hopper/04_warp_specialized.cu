@@ -107,3 +107,7 @@ gemm_warp_specialized(const __grid_constant__ TmaDesc tmA, const __grid_constant
         store_tile_direct<BN>(acc, C, M, N, m0 + c * 64, n0, t);
     }
 }
+
+#define SCHEDULE 0    // one block per tile, 2D grid
+#define OPERANDS 1    // tensor maps of A and B, C pointer
+#include "common/hopper_launch_config.cuh"   // launch_config: this build's geometry, for the host

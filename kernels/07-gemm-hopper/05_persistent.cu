@@ -120,3 +120,7 @@ gemm_persistent(const __grid_constant__ TmaDesc tmA, const __grid_constant__ Tma
         }
     }
 }
+
+#define SCHEDULE 1    // persistent blocks
+#define OPERANDS 1    // tensor maps of A and B, C pointer
+#include "common/hopper_launch_config.cuh"   // launch_config: this build's geometry, for the host

@@ -167,3 +167,7 @@ gemm_cluster_multicast(const __grid_constant__ TmaDesc tmA, const __grid_constan
     cluster_sync();                                          // no CTA exits while its peer may signal it
 #endif
 }
+
+#define SCHEDULE 2    // persistent clusters along M
+#define OPERANDS 1    // tensor maps of A and B, C pointer
+#include "common/hopper_launch_config.cuh"   // launch_config: this build's geometry, for the host

@@ -219,3 +219,7 @@ gemm_tma_store(const __grid_constant__ TmaDesc tmA, const __grid_constant__ TmaD
     cluster_sync();
 #endif
 }
+
+#define SCHEDULE 2    // persistent clusters along M
+#define OPERANDS 2    // tensor maps of A, B and C
+#include "common/hopper_launch_config.cuh"   // launch_config: this build's geometry, for the host

@@ -58,7 +58,7 @@ def ridge_point(peak_tflops: float, bandwidth_gbps: float) -> float:
 # ------------------------------------------------------------------------------------- measurement
 
 COPY_BYTES = 512 << 20
-KEYS = ("copy_gbps", "fp32_tflops", "mma_tflops", "bf16_tflops")   # what a current cache holds
+KEYS = ("copy_gbps", "fp32_tflops", "mma_tflops", "wgmma_tflops", "bf16_tflops")   # what a current cache holds
 FMA_ITERS = 4096
 
 
@@ -132,6 +132,34 @@ def measure_mma() -> dict:
             "mma_spread_ms": t.spread_ms}
 
 
+WGMMA_ITERS = 4096
+
+
+def wgmma_launch():
+    """(launch function, FLOPs per launch) for chapter 07's wgmma probe: one block per SM (sm_90a)."""
+    import cupy as cp
+    path = "07-gemm-hopper/00_wgmma_probe.cu"
+    cfg = cp.zeros(3, dtype=cp.int64)
+    kernel(path, "launch_config")((1,), (1,), (cfg,))
+    threads, smem, flops_per_iter = (int(x) for x in cfg.get())
+    k = kernel(path, "wgmma_probe")
+    k.max_dynamic_shared_size_bytes = smem
+    blocks = sm_count()
+    out = cp.zeros(blocks * threads, dtype=cp.float32)
+    args = (out, cp.int32(WGMMA_ITERS), cp.int32(0))
+    return (lambda: k((blocks,), (threads,), args, shared_mem=smem)), blocks * WGMMA_ITERS * flops_per_iter
+
+
+def measure_wgmma() -> dict:
+    """The bf16 wgmma rate (operands in shared memory), or None off Hopper (wgmma is sm_90a only)."""
+    if gpu_info()["compute_capability"] != "9.0":
+        return {"wgmma_tflops": None, "wgmma_note": "wgmma runs on compute capability 9.0 (Hopper) only"}
+    launch, flops = wgmma_launch()
+    t = bench(launch, flush_l2=False, target_ms=300)
+    return {"wgmma_tflops": flops / (t.median_ms * 1e-3) / 1e12, "wgmma_ms": t.median_ms, "wgmma_flops": flops,
+            "wgmma_spread_ms": t.spread_ms}
+
+
 def measure_bf16(n: int = 8192) -> dict:
     try:
         import torch
@@ -169,6 +197,7 @@ def measure(refresh: bool = False, verbose: bool = True) -> dict:
     c.update(measure_copy())
     c.update(measure_fma())
     c.update(measure_mma())
+    c.update(measure_wgmma())
     c.update(measure_bf16())
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(c, indent=1))

@@ -132,7 +132,7 @@ def load_module(path_or_source, options=(), name_expressions=None):
 @functools.lru_cache(maxsize=256)
 def _load_module(source: str, name: str, options: tuple, name_expressions):
     cp = require_gpu("compiling and running a kernel")
-    opts = tuple(STD_OPTIONS) + course_include_options(source) + options
+    opts = tuple(STD_OPTIONS) + course_include_options(source) + arch_options(source) + options
     try:
         mod = cp.RawModule(code=source, options=opts, name_expressions=name_expressions)
         mod.compile()
@@ -192,6 +192,14 @@ class PtxasReport:
     functions: dict[str, FunctionReport]
     log: str
 
+    @property
+    def wgmma_serialized(self) -> list[str]:
+        """ptxas' "Potential Performance Loss: wgmma.mma_async instructions are serialized" lines: such a
+        build runs its tensor cores one instruction at a time (2-3x slower) and still computes the right
+        answer, so nothing but this line gives it away."""
+        return [ln.split(":", 1)[-1].strip() for ln in self.log.splitlines()
+                if "Performance Loss" in ln and "serialized" in ln]
+
     def __str__(self):
         rows = [f"{'kernel':32s} {'regs':>5s} {'smem B':>7s} {'stack B':>7s} {'spill st/ld':>12s}  [{self.arch}]"]
         for f in self.functions.values():
@@ -231,7 +239,11 @@ def compile_check(path_or_source, arch: str = "sm_90", options=()) -> PtxasRepor
     ok, log = _nvrtc_compile(source, name, opts)
     if not ok:
         raise KernelCompileError(format_compile_error(log, source, name))
-    return parse_ptxas(log, arch)
+    report = parse_ptxas(log, arch)
+    if report.wgmma_serialized:
+        raise KernelCompileError(f"{name} [{arch}]: ptxas serialised wgmma, which quietly costs 2-3x: "
+                                 + "; ".join(report.wgmma_serialized))
+    return report
 
 
 @functools.lru_cache(maxsize=1)
@@ -255,6 +267,14 @@ def _nvrtc_compile(source: str, name: str, opts: list[str]) -> tuple[bool, str]:
     log = nvrtc.getProgramLog(prog).rstrip("\x00")
     nvrtc.destroyProgram(prog)
     return ok, log
+
+
+def arch_options(source: str) -> tuple[str, ...]:
+    """-arch for CuPy's compile of `source` on this GPU: sm_90a for a Hopper-only file (wgmma, setmaxnreg
+    and TMA multicast exist only in the "a" target, which CuPy never picks by itself), else CuPy's own."""
+    if re.search(r"//\s*requires:\s*sm_90a", source):
+        return ("-arch=sm_90a",)
+    return ()
 
 
 def target_archs(source: str) -> tuple[str, ...]:

@@ -29,6 +29,8 @@ class Lab:
                 + (f", PyTorch {g['torch']}" if g.get("torch") else "") + f"\nrun at {self.started}\n"
                 f"ceilings measured on this GPU: copy {c['copy_gbps']:.0f} GB/s, fp32 FMA {c['fp32_tflops']:.1f} TFLOP/s"
                 + (f" (peak at {c['sm_clock_mhz']:.0f} MHz: {c['fp32_peak_tflops']:.1f})" if c.get("fp32_peak_tflops") else "")
+                + "".join(f", {w} {c[k]:.0f} TFLOP/s" for k, w in (("mma_tflops", "mma.sync"), ("wgmma_tflops", "wgmma"))
+                          if c.get(k))
                 + f", bf16 matmul {c['bf16_tflops']:.0f} TFLOP/s")
 
     def checks(self) -> str:

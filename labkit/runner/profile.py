@@ -39,6 +39,12 @@ METRICS = {  # ncu metric -> column shown in the book
     "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active": "FMA pipe %",
     "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": "tensor pipe %",
     "sm__throughput.avg.pct_of_peak_sustained_elapsed": "SM % of peak",
+    # warps stalled per issued instruction, by reason (ncu's WarpStateStats): what a warp waits for
+    "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio": "barrier stall",
+    "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio": "long scoreboard stall",
+    "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio": "short scoreboard stall",
+    "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio": "MIO throttle stall",
+    "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio": "math throttle stall",
 }
 
 
