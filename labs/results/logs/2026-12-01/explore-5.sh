@@ -12,7 +12,7 @@ for m in METRICS:
     base = m.rsplit(".", 1)[0] if m.count(".") else m
     print(("known   " if base in out else "UNKNOWN ") + m)
 PY
-timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_ch06_gemm.py tests/test_ch07_gemm.py > $OUT/gpu-tests.log 2>&1
+timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_ch06_gemm.py tests/test_ch07_gemm.py > $OUT/gpu-tests.log 2>&1
 echo "gpu tests rc=$?" >> $OUT/gpu-tests.log
-timeout 240 python3 -m labkit bench --chapter 06 --chapter 07 --quick --json $OUT/quick.json > $OUT/bench-quick.log 2>&1
+timeout 170 python3 -m labkit bench --chapter 06 --chapter 07 --quick --json $OUT/quick.json > $OUT/bench-quick.log 2>&1
 echo "bench rc=$?" >> $OUT/bench-quick.log
