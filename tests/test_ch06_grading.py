@@ -169,7 +169,6 @@ def test_the_solution_notebook_has_chapter_05s_structure():
                      "markdown", "code", "code", "code"]
     ch05 = N.read_notebook(LABS / "05-gemm-simt" / N.SOLUTION_NAME)
     assert cells[1]["source"] == ch05["cells"][1]["source"]                      # the same setup cell
-    assert all(c.get("outputs", []) == [] for c in cells if c["cell_type"] == "code")   # recorded on the GPU
     assert N.graded_tasks(nb) == ["06.fragments", "06.mma_tile", "06.mma_gemm"]
     hidden = N.hidden_shapes(nb)
     assert set(hidden) == {"06.mma_tile", "06.mma_gemm"}

@@ -174,6 +174,7 @@ def test_solutions_and_starters_compile(arch):
         nb, student = N.read_notebook(src), N.read_notebook(src.parent / N.STUDENT_NAME)
         for t in T.for_chapter(src.parent.name.split("-")[0]):
             if isinstance(t, T.KernelTask):
-                rep = compile_check(N.extract_source(nb, t.source_var), arch)
+                a = t.arch or arch          # a task that fixes its target (sm_90a) is compiled for that
+                rep = compile_check(N.extract_source(nb, t.source_var), a)
                 assert rep.functions[t.kernel].spills == 0, str(rep)
-                assert t.kernel in compile_check(N.extract_source(student, t.source_var), arch).functions
+                assert t.kernel in compile_check(N.extract_source(student, t.source_var), a).functions

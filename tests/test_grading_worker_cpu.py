@@ -195,7 +195,11 @@ def test_worker_checks_with_a_numpy_stand_in(tmp_path):
     assert st == "error" and "less than the physical floor" in detail and "H200 datasheet" in detail, detail
     # 3. the case too large for the free memory is reported before the module is loaded, and not run
     kinds = [m[0] for m in out["messages"]]
-    assert kinds == ["Stage", "CaseDone", "Stage", "LOAD", "Stage", "CaseDone", "Done"], out["messages"]
+    # startup, the skipped case, compile, the module load, then the case: prepare (the grader's inputs and
+    # reference), case (the learner's launch, under the case time limit alone), check
+    assert kinds == ["Stage", "CaseDone", "Stage", "LOAD", "Stage", "Stage", "Stage", "CaseDone", "Done"], out["messages"]
+    assert [m[1]["kind"] for m in out["messages"][4:7]] == ["prepare", "case", "check"], out["messages"]
+    assert out["messages"][5][1]["seconds"] < 30 < out["messages"][4][1]["seconds"], out["messages"]
     skipped = out["messages"][1][1]
     assert skipped["index"] == 1 and skipped["status"] == "skipped" and "needs about" in skipped["detail"]
-    assert out["messages"][5][1] == {"index": 0, "status": "ok", "detail": ""}
+    assert out["messages"][7][1] == {"index": 0, "status": "ok", "detail": ""}

@@ -79,6 +79,14 @@ def test_lab_structure(path):
     assert "widgets" not in nb.metadata, "no live widget state (it would load JavaScript from a CDN)"
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_id)
+def test_the_book_never_executes_a_lab_notebook(path):
+    """The book shows a lab's recorded outputs; executing it at build time (no GPU) would replace them with
+    the setup cell's NoGPUError."""
+    nb = nbformat.read(str(path), as_version=4)
+    assert nb.metadata.get("mystnb", {}).get("execution_mode") == "off", f"{path.name}: metadata mystnb.execution_mode must be 'off'"
+
+
 def test_results_file_has_every_chapters_ops():
     files = sorted(RESULTS.glob("*.json"))
     assert files, "no recorded results under labs/results"

@@ -7,7 +7,12 @@
 // epilogue overlaps with loads. The order of tiles is grouped: GROUP_M tile rows are walked top to
 // bottom before the next column, so the 132 tiles in flight at once touch ~GROUP_M row blocks of A
 // and ~132/GROUP_M column blocks of B: the same operands are read by many SMs at nearly the same time
-// and mostly hit L2. Everything else is version 4 (producer + 2 consumers, setmaxnreg, 128 x 256 x 64).
+// and mostly hit L2. Everything else is version 4 (producer + 2 consumers, setmaxnreg, 128 x 256 x 64),
+// except one thing inside the k-loop: a consumer no longer waits for its k-tile's wgmma group to finish
+// before it issues the next one (IN_FLIGHT=1: wgmma.wait_group 1, then the slot of the PREVIOUS k-tile is
+// released), so the tensor cores always have the next group queued and the wait's drain disappears; the
+// accumulators are touched by nothing but wgmma until the tile's last wait_group 0. IN_FLIGHT=0 builds
+// version 4's wait_group 0 per k-tile, for comparison.
 //
 // Prediction (H200, 132 SMs, wgmma roof ~950 TFLOP/s):
 //  - shared memory as version 4: 48 KB per stage, 4 stages = 192 KB (+1 KB, barriers); 1 block per SM;
@@ -17,7 +22,9 @@
 //  - HBM traffic with GROUP_M = 8 at 8192^3: a wave (132 tiles ~ 8 x 16.5) reads 1024 rows of A and
 //    4224 rows of B, 86 MB per 89 us of compute (at 800 TFLOP/s): ~1 TB/s; in row-major launch order
 //    (version 4: 4 x 32 tiles) it is 143 MB, ~1.6 TB/s, with more of it missing L2;
-//  - expect ~680-750 TFLOP/s at 4096^3 and 8192^3: 72-78% of the roof, 88-100% of cuBLAS.
+//  - expect ~680-750 TFLOP/s at 4096^3 and 8192^3: 72-78% of the roof, 88-100% of cuBLAS; a group in
+//    flight across k-tiles should add ~5% (the drain of 4 wgmma per k-tile, ~0.3 us of a ~6 us k-loop step
+//    pair, no longer exposed).
 // contract: K % 8 == 0 and N % 8 == 0; M, N, K otherwise arbitrary (TMA zero fill, masked stores).
 // requires: sm_90a
 // ------------------------------------------------------------------------------------------------
@@ -42,6 +49,9 @@
 #endif
 #ifndef GROUP_M
 #define GROUP_M 8       // tile rows per band of the tile order
+#endif
+#ifndef IN_FLIGHT
+#define IN_FLIGHT 1     // 1: wait for all but the newest wgmma group (wait_group 1); 0: for all of them
 #endif
 #define BM 128
 #define BK 64
@@ -102,6 +112,7 @@ gemm_persistent(const __grid_constant__ TmaDesc tmA, const __grid_constant__ Tma
             float acc[BN / 2];
             #pragma unroll
             for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+            int prev = -1;                                   // the slot of the group still in flight
             for (int kt = 0; kt < KT; ++kt) {
                 mbar_wait(full0 + 8 * s, ph);
                 const unsigned long long dA = d0 + ((s * STAGE_BYTES + c * 64 * 128) >> 4);
@@ -111,11 +122,24 @@ gemm_persistent(const __grid_constant__ TmaDesc tmA, const __grid_constant__ Tma
                 for (int kk = 0; kk < BK / 16; ++kk)
                     wgmma_tile<BN>(acc, dA + 2 * kk, dB + 2 * kk);
                 wgmma_commit();
+#if IN_FLIGHT
+                // All but this k-tile's group are done: the previous slot is free, while this group runs on
+                // and the next k-tile's wgmma queue behind it (the accumulators are not touched in between).
+                wgmma_wait<1>();
+                if (prev >= 0 && t == 0) mbar_arrive(empty0 + 8 * prev);
+                prev = s;
+#else
                 wgmma_wait<0>();
                 fence_acc(acc);
                 if (t == 0) mbar_arrive(empty0 + 8 * s);
+#endif
                 if (++s == STAGES) { s = 0; ph ^= 1; }
             }
+#if IN_FLIGHT
+            wgmma_wait<0>();
+            fence_acc(acc);
+            if (prev >= 0 && t == 0) mbar_arrive(empty0 + 8 * prev);
+#endif
             store_tile_direct<BN>(acc, C, M, N, tm * BM + c * 64, tn * BN, t);
         }
     }

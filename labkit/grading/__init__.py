@@ -62,8 +62,8 @@ def grade(task_id: str, source: str, *, shapes=None, hidden: bool = False, speed
         if err:
             run.compile_error = err
         else:
-            run.crash = ("no CUDA GPU is visible here: the source compiles (sm_90, NVRTC), but running it needs "
-                         "a GPU (on Colab: Runtime > Change runtime type > GPU)")
+            run.crash = (f"no CUDA GPU is visible here: the source compiles ({getattr(task, 'arch', None) or 'sm_90'}, "
+                         "NVRTC), but running it needs a GPU (on Colab: Runtime > Change runtime type > GPU)")
     return score(task, run, speed_requested=speed)
 
 
@@ -73,11 +73,14 @@ def compile_error_without_gpu(task, source: str) -> str | None:
     if problem:
         return problem
     try:
-        compile_check(source, "sm_90")
+        compile_check(source, getattr(task, "arch", None) or "sm_90")
     except KernelCompileError as e:
         return str(e)
-    if not re.search(r'extern\s+"C"[^;{]*__global__[^;{(]*\b' + re.escape(task.kernel) + r"\s*\(", source):
-        names = re.findall(r"__global__\s+void\s+(\w+)", source)
+    # __launch_bounds__(...) may stand between __global__ and the name (its parentheses are skipped)
+    if not re.search(r'extern\s+"C"[^;{]*__global__(?:[^;{(]|__launch_bounds__\s*\([^)]*\))*\b'
+                     + re.escape(task.kernel) + r"\s*\(", source):
+        names = re.findall(r"__global__\s+(?:void\s+)?(?:__launch_bounds__\([^)]*\)\s+)?(?:void\s+)?(\w+)\s*\(",
+                           source)
         return (f"no kernel named '{task.kernel}' in the source (found: {', '.join(names) or 'none'}); "
                 'declare it as extern "C" __global__ void ...')
     return None

@@ -6,6 +6,9 @@ each case judged too large for the GPU's free memory (before any of the learner'
 `Stage("speed")` and `SpeedDone` after the speed case; `Done` at the end. `Fault` (a CUDA error after the
 learner's kernel ran: the worker exits) and `GraderError` (a bug in the grader) can come at any point.
 
+`Unsupported` (the task's kernels cannot run on this GPU: a Hopper-only exercise on another GPU) comes right
+after `Stage("startup")`, before anything else, and ends the run.
+
 `Stage.seconds` is the parent's time limit for that step.
 """
 from __future__ import annotations
@@ -23,6 +26,11 @@ class Stage:
 @dataclasses.dataclass(frozen=True)
 class CompileFailed:
     message: str                  # the learner's problem: compile error, bad #include, unloadable module
+
+
+@dataclasses.dataclass(frozen=True)
+class Unsupported:
+    message: str                  # this GPU cannot run the task at all (wrong architecture): not graded
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,4 +67,4 @@ class Done:
     pass
 
 
-MESSAGES = (Stage, CompileFailed, CaseDone, SpeedDone, Fault, GraderError, Done)
+MESSAGES = (Stage, CompileFailed, Unsupported, CaseDone, SpeedDone, Fault, GraderError, Done)

@@ -13,8 +13,8 @@ import multiprocessing
 import time
 
 from . import worker
-from .messages import CaseDone, CompileFailed, Done, Fault, GraderError, SpeedDone, Stage
-from .verdict import ERROR, FAULT, NOTRUN, TIMEOUT, CaseResult, RunResult, SpeedResult
+from .messages import CaseDone, CompileFailed, Done, Fault, GraderError, SpeedDone, Stage, Unsupported
+from .verdict import ERROR, FAULT, NOTRUN, SKIPPED, TIMEOUT, CaseResult, RunResult, SpeedResult
 from .worker import DEFAULT_BUDGETS
 
 
@@ -60,10 +60,14 @@ def run_task(task, source: str, cases, *, speed: bool, total_timeout: float | No
             elif isinstance(msg, CompileFailed):
                 result.compile_error = msg.message
                 break
+            elif isinstance(msg, Unsupported):
+                result.crash = msg.message
+                _not_run(result, None, "this GPU cannot run the exercise")
+                break
             elif isinstance(msg, CaseDone):
                 c = result.cases[msg.index]
                 c.status, c.detail = msg.status, msg.detail
-                if stage == "case" and index == msg.index:
+                if stage in ("case", "check") and index == msg.index:
                     stage = "between"               # until the worker names its next step
             elif isinstance(msg, SpeedDone):
                 result.speed = SpeedResult(**dataclasses.asdict(msg))
@@ -116,6 +120,11 @@ def _time_out(result: RunResult, stage: str, index, limit: float, overall: float
         result.speed = SpeedResult("timeout", detail=f"TIME LIMIT while timing: {why}")
     elif stage == "between":
         _not_run(result, index, why)
+    elif stage in ("prepare", "check"):         # the grader's own work around a launch: never the learner's
+        result.cases[index].status = SKIPPED
+        result.cases[index].detail = (f"not graded: the grader's {'inputs and reference' if stage == 'prepare' else 'check'}"
+                                      f" took too long ({why}); grade again")
+        _not_run(result, index, "after the grader's time-out above")
     elif stage == "compile":
         result.compile_error = f"compiling took too long: {why}"
     else:

@@ -104,6 +104,10 @@ class KernelTask:
     # CUDA-core task is held to the fp32 peak alone
     floor_peaks: tuple = ("fp32_tflops", "bf16_tflops")
     ref_temps: int = 4                               # output-sized temporaries the reference makes (memory)
+    # the target the grader compiles the learner's source for: None, CuPy's choice for the GPU (or sm_90a when
+    # the source carries `// requires: sm_90a`); "sm_90a": wgmma, setmaxnreg (Hopper only; a GPU of another
+    # compute capability gets "not graded", no points): see `runs_on`
+    arch: str | None = None
 
     @property
     def chapter(self) -> str:
@@ -134,6 +138,22 @@ class KernelTask:
 
     def hidden_cases(self, seed: int) -> list[Case]:
         return self.cases(self.draw_hidden(seed), hidden=True, salt=int(seed) % (1 << 31) or 1)
+
+    def runs_on(self, compute_capability: str) -> str | None:
+        """None when a GPU of `compute_capability` ("9.0") can run this task's kernels, else why not. An "a"
+        target (sm_90a) runs on exactly its own compute capability; a plain one (sm_80) on it and later."""
+        if not self.arch:
+            return None
+        digits = self.arch.removeprefix("sm_").rstrip("a")
+        need = f"{digits[:-1]}.{digits[-1]}"
+        have = tuple(int(v) for v in compute_capability.split("."))
+        want = tuple(int(v) for v in need.split("."))
+        if have == want or (not self.arch.endswith("a") and have > want):
+            return None
+        what = "exactly " if self.arch.endswith("a") else "at least "
+        return (f"this exercise compiles for {self.arch} and needs a GPU of compute capability {what}{need}"
+                + (" (Hopper: H100, H200, GH200)" if need == "9.0" else "")
+                + f"; this GPU is {compute_capability}")
 
     def elements(self, shape) -> int:
         return math.prod(self.out_shape(norm_shape(shape)))

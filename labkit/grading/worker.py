@@ -5,8 +5,8 @@ Order of work, each step reported to the parent as a `messages` dataclass:
 2. memory: each case's peak (inputs, their pristine copies, guarded output with its pads, reference and
    comparison temporaries: `case_memory`) against the GPU's free memory, judged BEFORE the learner's module
    is loaded; a case that does not fit is "not graded" (verdict.SKIPPED), never points;
-3. compile: the source checked (encoding, size, #include only of course and CUDA headers), compiled and
-   loaded; a compile error or a module the driver cannot load is the learner's (CompileFailed);
+3. compile: the source checked (encoding, size, #include only of course and CUDA headers), compiled (for the
+   task's `arch` when it fixes one: sm_90a) and loaded; a compile error or a module the driver cannot load is the learner's (CompileFailed);
 4. per case: inputs generated from the case seed and copied; the reference computed from them BEFORE the
    launch; one launch into a poisoned `measure.checks.GuardedOutput` (64 KiB canary pads); then the inputs
    must be unchanged (bit for bit), the canaries intact, every element written, the values within tolerance
@@ -34,10 +34,10 @@ from ..errors import KernelCompileError
 from ..measure.ceilings import datasheet_for
 from ..measure import bf16
 from ..measure.checks import CHUNK, PAD_BYTES, GuardedOutput, compare
-from ..measure.compile import load_module
+from ..measure.compile import arch_options, load_module
 from ..measure.timing import L2Flusher, bench, summarize, time_copy
 from . import tasks as T
-from .messages import CaseDone, CompileFailed, Done, Fault, GraderError, SpeedDone, Stage
+from .messages import CaseDone, CompileFailed, Done, Fault, GraderError, SpeedDone, Stage, Unsupported
 from .sources import safe_cwd, source_problem
 from .verdict import OK, SKIPPED, WRONG
 
@@ -50,7 +50,9 @@ SPEED_WARMUP, SPEED_REPS = 3, 15
 GENEROUS_BANDWIDTH_GBPS = 20_000
 GENEROUS_TFLOPS = 5_000
 
-DEFAULT_BUDGETS = {"startup": 120.0, "compile": 60.0, "case": 10.0, "speed": 60.0}
+# seconds: "case" is the learner's launch; "prepare" covers the grader's work around it (inputs, reference,
+# comparison), which on a cold machine includes compiling CuPy's own kernels on first use
+DEFAULT_BUDGETS = {"startup": 120.0, "compile": 60.0, "case": 10.0, "prepare": 120.0, "speed": 60.0}
 
 
 def main(conn, request: dict) -> None:
@@ -108,6 +110,12 @@ def _run(conn, req: dict) -> None:
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     ctx = types.SimpleNamespace(sms=T.sms(), gpu=name, module_bytes=0, flusher=None)
+    if getattr(task, "arch", None):        # a Hopper-only exercise on another GPU: say so, grade nothing
+        cc = cp.cuda.Device().compute_capability                  # "90"
+        why = task.runs_on(f"{cc[:-1]}.{cc[-1]}")
+        if why:
+            conn.send(Unsupported(f"{why}; grade it on such a GPU"))
+            return
     cuda_errors = _cuda_errors()
     warm_up(task, ctx, speed)
 
@@ -128,7 +136,7 @@ def _run(conn, req: dict) -> None:
         conn.send(CompileFailed(problem))
         return
     try:
-        kernel = load(req["source"], task.kernel, cuda_errors)
+        kernel = load(req["source"], task.kernel, cuda_errors, compile_options(task, req["source"]))
     except _LoadFailed as e:
         conn.send(CompileFailed(e.message))
         return
@@ -141,9 +149,13 @@ def _run(conn, req: dict) -> None:
             if case.role == "speed" and speed:
                 conn.send(SpeedDone("skipped", detail="not measured: the speed shape was not graded (GPU memory)"))
             continue
-        conn.send(Stage("case", i, task.case_seconds(case.shape, budgets["case"])))
+        conn.send(Stage("prepare", i, budgets["prepare"]))
+        limit = task.case_seconds(case.shape, budgets["case"])
+
+        def stage(kind, i=i, limit=limit):      # the learner's time limit covers the launch alone
+            conn.send(Stage(kind, i, limit if kind == "case" else budgets["prepare"]))
         try:
-            status, detail, kept = run_case(task, kernel, case, ctx)
+            status, detail, kept = run_case(task, kernel, case, ctx, stage)
         except _LearnerFault as e:
             conn.send(Fault(i, e.message))
             return
@@ -173,11 +185,20 @@ class _LoadFailed(Exception):
         self.message = message
 
 
-def load(source: str, name: str, cuda_errors):
+def compile_options(task, source: str) -> tuple[str, ...]:
+    """The options the learner's source is compiled with: -arch=<task.arch> for a task that fixes its target
+    (sm_90a: wgmma), unless the source's own `// requires: sm_90a` marker already asks for it."""
+    arch = getattr(task, "arch", None)
+    if not arch or f"-arch={arch}" in arch_options(source):
+        return ()
+    return (f"-arch={arch}",)
+
+
+def load(source: str, name: str, cuda_errors, options=()):
     """The learner's kernel, compiled and loaded; _LoadFailed (the learner's problem, with the cause) when
     it does not compile, has no such kernel, or the driver cannot load the module."""
     try:
-        mod = load_module(source)
+        mod = load_module(source, options) if options else load_module(source)
         return mod.get_function(name)
     except KernelCompileError as e:
         raise _LoadFailed(str(e)) from None
@@ -318,8 +339,11 @@ def _oom_text(case, ctx) -> str:
     return f"out of GPU memory for {case.label} once your module was loaded{mod}"
 
 
-def run_case(task, kernel, case, ctx):
-    """(status, detail, kept): kept = (arrays, guard, ref, ins, snap, atol) for the speed case when correct."""
+def run_case(task, kernel, case, ctx, stage=lambda kind: None):
+    """(status, detail, kept): kept = (arrays, guard, ref, ins, snap, atol) for the speed case when correct.
+    `stage("case")` is called just before the learner's launch and `stage("check")` just after it: the
+    grader's own work (inputs, reference, first-use compiles of CuPy's kernels on a cold machine, the
+    comparison) runs under the grader's budget, not the learner's time limit."""
     import cupy as cp
     out_shape = tuple(task.out_shape(case.shape))
     try:
@@ -332,9 +356,14 @@ def run_case(task, kernel, case, ctx):
         return WRONG, _oom_text(case, ctx), None
     arrays = {name: a for name, (a, _) in ins.items()}
     cuda_errors = _cuda_errors()
+    stage("case")
     try:
         task.launch(kernel, arrays, guard.array, case, ctx)
         cp.cuda.Device().synchronize()
+    except cuda_errors as e:
+        raise _LearnerFault(_fault_text(e)) from None
+    stage("check")
+    try:
         problems = changed_inputs(ins, snap) + guard.problems()
     except cuda_errors as e:
         raise _LearnerFault(_fault_text(e)) from None

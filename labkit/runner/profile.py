@@ -48,10 +48,15 @@ METRICS = {  # ncu metric -> column shown in the book
 }
 
 
+# `__global__ void [__launch_bounds__(T, (BN == 128 ? 2 : 1))] [CLUSTER_ATTR] name(`: the name is the word before
+# the parameter list, past launch bounds with nested parentheses and attribute macros
+KERNEL_NAME = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\((?:[^()]|\([^()]*\))*\)\s*)?(?:[A-Z_][A-Z0-9_]*\s+)*(\w+)\s*\(")
+
+
 def kernel_names(chapter: str) -> set[str]:
     names = set()
     for f in chapter_dir(KERNELS, chapter).glob("*.cu"):
-        names.update(re.findall(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)", f.read_text()))
+        names.update(KERNEL_NAME.findall(f.read_text()))
     return names
 
 
