@@ -39,6 +39,12 @@
 // 15.5 waves of 132 (97% wave efficiency). The coalesced epilogue saves ~1-2% (C is 0.13 GB of the
 // 13 GB moved). Expect 440-500 TFLOP/s: 70-80% of the measured mma.sync roof, 55-65% of cuBLAS bf16
 // (710-818 TFLOP/s); +0-5% over 06_warp_tiles.cu at 8192^3, level with it at 4096^3.
+//
+// Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "gemm_bf16"):
+//   rasterized at 4096x4096x4096: 0.3150 ms, 436.3 TFLOP/s, 69.2% of mma, 0.56x cuBLAS bf16
+//   rasterized at 8192x8192x8192: 2.5967 ms, 423.4 TFLOP/s, 67.1% of mma, 0.62x cuBLAS bf16
+//   tuned at 4096x4096x4096: 0.3290 ms, 417.7 TFLOP/s, 66.2% of mma, 0.54x cuBLAS bf16
+//   tuned at 8192x8192x8192: 2.6009 ms, 422.7 TFLOP/s, 67.0% of mma, 0.56x cuBLAS bf16
 #include <cuda_bf16.h>
 
 #ifndef ANYN_ENTRY

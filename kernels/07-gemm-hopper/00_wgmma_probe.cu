@@ -16,6 +16,8 @@
 // 1,980 MHz it runs at under load, 132 SMs x 4,096 FLOP/clk would give 1,070. The measurements quoted
 // for this GPU are 946-962 TFLOP/s for wgmma from shared memory (power and clock limits under full
 // tensor load): expect ~950, 1.5x the mma.sync probe (636).
+//
+// Result (recorded as the wgmma_tflops ceiling in labs/results/nvidia-h200.json; lab 07, section 1, prints it).
 #include "common/smem_addr.cuh"        // smem_u32
 #include "common/wgmma.cuh"            // desc_sw128, wgmma_fence, wgmma_commit, wgmma_wait, fence_acc, m64n256k16
 #include "common/launch_check.cuh"     // check_launch

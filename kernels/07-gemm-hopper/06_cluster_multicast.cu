@@ -22,6 +22,11 @@
 //    at 720 TFLOP/s instead of 8.2, out of the range where the L2 feed limits;
 //  - tiles per SM unchanged (3.88 / 15.5 / 54.3 at 4096^3 / 8192^3 / 8192 x 28672 x 8192);
 //  - expect ~720-800 TFLOP/s at 4096^3 and 8192^3: 76-84% of the roof, 92-103% of cuBLAS.
+//
+// Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "gemm_bf16"):
+//   cluster_multicast at 4096x4096x4096: 0.2936 ms, 468.2 TFLOP/s, 49.5% of wgmma, 0.63x cuBLAS bf16
+//   cluster_multicast at 8192x8192x8192: 2.2119 ms, 497.1 TFLOP/s, 52.5% of wgmma, 0.73x cuBLAS bf16
+//   cluster_multicast at 8192x28672x8192: 7.4784 ms, 514.6 TFLOP/s, 54.4% of wgmma, 0.76x cuBLAS bf16
 // contract: K % 8 == 0 and N % 8 == 0; M, N, K otherwise arbitrary (TMA zero fill, masked stores; a part
 //           of a cluster tile wholly past M or N loads a clamped, valid box and stores nothing).
 // requires: sm_90a
