@@ -457,7 +457,6 @@ class GpuBackend:
 
     def sdpa_fn(self, p, backend, gather=False):
         """(fn, note) for SDPA decode with enable_gqa; backend None = the default dispatch."""
-        torch = self.torch
         import torch.nn.functional as F
         from torch.nn.attention import SDPBackend, sdpa_kernel
         q4 = p.q.view(p.B, p.Hq, 1, p.D)
@@ -488,7 +487,6 @@ class GpuBackend:
 
     def sdpa_kernels(self, fn):
         """The CUDA kernel names one call of fn launches (to name SDPA's back end)."""
-        torch = self.torch
         try:
             from torch.profiler import ProfilerActivity, profile
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -584,7 +582,7 @@ class SmokeBackend(GpuBackend):
         if not (KDIR / fname).exists():
             raise FileNotFoundError(KDIR / fname)
         src = (KDIR / fname).read_text()
-        if f'extern "C" __global__' not in src or entry not in src:
+        if 'extern "C" __global__' not in src or entry not in src:
             raise RuntimeError(f"{fname}: no entry point {entry}")
         if os.environ.get("DEC09_SMOKE_FAULT") == label and mp.current_process().name != "MainProcess":
             os._exit(7)                          # a stand-in for a kernel that kills its process
