@@ -28,7 +28,7 @@ from ..errors import CheckFailed, KernelInputError
 from ..measure import bf16
 from ..measure.checks import GuardedOutput, expect
 from ..measure.compile import kernel, load_module
-from ..measure.timing import bench
+from ..measure.timing import bench, bench_interleaved, pooled
 
 WMMA = "06-gemm-tensor-cores/01_wmma.cu"
 MMA_LDMATRIX = "06-gemm-tensor-cores/02_mma_ldmatrix.cu"
@@ -377,14 +377,19 @@ def benchmarks(ctx):
     for M, N, K in (QUICK_SHAPES if ctx.quick else BENCH_SHAPES):
         A, B = random_bf16((M, K)), random_bf16((K, N))
         C = cp.empty((M, N), dtype=cp.uint16)
-        base = None
-        if torch_ok:
-            base = bench(lambda: cublas_bf16(A, B, C), max_reps=50)
-            yield _record(ctx, "cublas_bf16", (M, N, K), base, None)
+        # each rung timed in alternation with cuBLAS (bench_interleaved: the clock drifts under sustained
+        # tensor load); the cuBLAS record pools its runs from every pair
+        timed, bases = [], []
         for name, rung in rungs().items():
-            if torch_ok:     # the baseline again beside each rung: clocks drift under sustained tensor load
-                base = bench(lambda: cublas_bf16(A, B, C), max_reps=20)
-            t = bench(launcher(A, B, C, rung=rung), max_reps=50)
+            if torch_ok:
+                ts = bench_interleaved({"rung": launcher(A, B, C, rung=rung), "cublas": lambda: cublas_bf16(A, B, C)})
+                timed.append((name, ts["rung"], ts["cublas"]))
+                bases.append(ts["cublas"])
+            else:
+                timed.append((name, bench(launcher(A, B, C, rung=rung), max_reps=50), None))
+        if torch_ok:
+            yield _record(ctx, "cublas_bf16", (M, N, K), pooled(bases), None)
+        for name, t, base in timed:
             yield _record(ctx, name, (M, N, K), t, base)
         if torch_ok:             # the timed output of the best rung against cuBLAS's on the same inputs
             ref = C.copy()

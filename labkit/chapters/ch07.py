@@ -36,7 +36,7 @@ from ..measure import bf16
 from ..measure.checks import GuardedOutput, expect
 from ..measure.compile import kernel, load_module
 from ..measure.tensormap import tensor_map
-from ..measure.timing import bench
+from ..measure.timing import bench, bench_interleaved, pooled
 from .ch06 import BF16_RTOL, agree, rms, as_torch_bf16, random_bf16, tolerance
 
 WGMMA_PROBE = "07-gemm-hopper/00_wgmma_probe.cu"
@@ -329,14 +329,21 @@ def benchmarks(ctx):
     for M, N, K in (QUICK_SHAPES if ctx.quick else BENCH_SHAPES):
         A, B_t = random_bf16((M, K)), random_bf16((N, K))
         C = cp.empty((M, N), dtype=cp.uint16)
-        base = None
-        if torch_ok:
-            base = bench(lambda: cublas_bf16(A, B_t, C), max_reps=50)
-            yield _record(ctx, "cublas_bf16", (M, N, K), base, None)
+        # each rung timed in alternation with cuBLAS (the clock drifts under sustained tensor load); the
+        # cuBLAS record pools its runs from every pair
+        timed, bases = [], []
+        reps = 50 if M * N * K <= 1 << 39 else 20
         for name, rung in rungs().items():
-            if torch_ok:     # the baseline again beside each rung: clocks drift under sustained tensor load
-                base = bench(lambda: cublas_bf16(A, B_t, C), max_reps=20)
-            t = bench(launcher(A, B_t, C, rung=rung), max_reps=50 if M * N * K <= 1 << 39 else 20)
+            if torch_ok:
+                ts = bench_interleaved({"rung": launcher(A, B_t, C, rung=rung),
+                                        "cublas": lambda: cublas_bf16(A, B_t, C)}, max_reps=reps)
+                timed.append((name, ts["rung"], ts["cublas"]))
+                bases.append(ts["cublas"])
+            else:
+                timed.append((name, bench(launcher(A, B_t, C, rung=rung), max_reps=reps), None))
+        if torch_ok:
+            yield _record(ctx, "cublas_bf16", (M, N, K), pooled(bases), None)
+        for name, t, base in timed:
             yield _record(ctx, name, (M, N, K), t, base)
         if torch_ok:
             ref = C.copy()
