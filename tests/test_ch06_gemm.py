@@ -110,3 +110,16 @@ def test_every_rung_on_an_irregular_shape_and_with_any_n():
         ch06.check_rung(ctx, rung, 129, 255, 64)          # N % 8 != 0: the _anyn entry point
         ch06.check_rung(ctx, rung, 300, 264, 520)
     assert len(ctx.log) == 2 * len(ch06.rungs())
+
+
+@pytest.mark.gpu
+def test_a_build_needing_more_shared_memory_than_the_gpu_has_is_refused_by_name():
+    import cupy as cp
+    from labkit.errors import KernelInputError
+    rung = ch06.Rung("huge", ch06.RASTERIZED, "gemm_rasterized", tuple(sorted({**ch06.TUNED, "STAGES": 8,
+                                                                                "BM": 256, "BN": 256}.items())))
+    if ch06.fits_this_gpu(rung):
+        pytest.fail("a 256 x 256 x 32 tile with 8 stages (256 KB) fits no current GPU")
+    A, B, C = ch06.random_bf16((256, 64)), ch06.random_bf16((64, 256)), cp.empty((256, 256), dtype=cp.uint16)
+    with pytest.raises(KernelInputError, match="bytes of shared memory per block; this GPU allows"):
+        ch06.gemm(A, B, C, rung=rung)

@@ -123,11 +123,37 @@ def geometry(path: str, macros: tuple = ()) -> Geometry:
 
 @functools.lru_cache(maxsize=None)
 def _kernel(path: str, function: str, macros: tuple):
-    k = kernel(path, function, options(macros))
+    require_tensor_cores()
     smem = geometry(path, macros).smem
+    most = max_dynamic_smem()
+    if smem > most:
+        raise KernelInputError(f"{path} with {dict(macros) or 'its defaults'} needs {smem:,} bytes of shared memory "
+                               f"per block; this GPU allows {most:,} (227 KB on H100/H200 and A100, 99 KB on sm_86/sm_89)")
+    k = kernel(path, function, options(macros))
     if smem > 48 * 1024:                 # above 48 KB a kernel must opt in to its dynamic shared memory
         k.max_dynamic_shared_size_bytes = smem
     return k
+
+
+def require_tensor_cores() -> None:
+    """mma.sync with bf16 operands, ldmatrix and cp.async exist from compute capability 8.0 (A100) on."""
+    from ..measure.device import gpu_info, require_gpu
+    require_gpu("chapter 06's kernels")
+    cc = gpu_info()["compute_capability"]
+    if float(cc) < 8.0:
+        raise KernelInputError(f"chapter 06's kernels use bf16 mma.sync, ldmatrix and cp.async, which need compute "
+                               f"capability 8.0 or later (A100, L4, H100, H200); this GPU is {cc} (a T4 is 7.5)")
+
+
+@functools.lru_cache(maxsize=1)
+def max_dynamic_smem() -> int:
+    """The most dynamic shared memory one block of this GPU may opt in to, in bytes."""
+    import cupy as cp
+    return int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["sharedMemPerBlockOptin"])
+
+
+def fits_this_gpu(rung: Rung) -> bool:
+    return geometry(rung.path, rung.macros).smem <= max_dynamic_smem()
 
 
 def _rung(version: str, rung: Rung | None) -> Rung:
@@ -229,6 +255,7 @@ def fragment_product(A, B, tables=None):
     """C (16 x 8, fp32) from one mma.sync whose operands are gathered and scattered by `tables` (by default
     the chapter's fragment functions): A (16 x 16) and B (16 x 8) CuPy uint16 arrays of bf16 bits."""
     import cupy as cp
+    require_tensor_cores()
     expect("A", A, dtype=np.uint16, shape=(16, 16))
     expect("B", B, dtype=np.uint16, shape=(16, 8))
     ta, tb, tc = (cp.asarray(t) for t in (tables or index_tables()))
@@ -311,9 +338,13 @@ def check_contract(rung: Rung) -> None:
 
 
 def check_all(ctx, names=None) -> None:
+    require_tensor_cores()
     check_fragments(ctx)
     for name, rung in rungs().items():
         if names is not None and name not in names:
+            continue
+        if not fits_this_gpu(rung):
+            ctx.log.append(f"--  {name}: needs more shared memory per block than this GPU has: not checked")
             continue
         for M, N, K in CHECK_SHAPES:
             check_rung(ctx, rung, M, N, K)
@@ -381,6 +412,9 @@ def benchmarks(ctx):
         # tensor load); the cuBLAS record pools its runs from every pair
         timed, bases = [], []
         for name, rung in rungs().items():
+            if not fits_this_gpu(rung):
+                ctx.log.append(f"{name}: needs more shared memory per block than this GPU has: not timed")
+                continue
             if torch_ok:
                 ts = bench_interleaved({"rung": launcher(A, B, C, rung=rung), "cublas": lambda: cublas_bf16(A, B, C)})
                 timed.append((name, ts["rung"], ts["cublas"]))
