@@ -16,7 +16,9 @@ geometry, kernels/common/hopper_launch_config.cuh):
 - 04_warp_specialized.cu   a producer warpgroup and two consumer warpgroups, setmaxnreg;
 - 05_persistent.cu         one block per SM walking tiles in grouped order;
 - 06_cluster_multicast.cu  clusters of 2 along M sharing B tiles by TMA multicast;
-- 07_tma_store.cu          the epilogue through shared memory and a TMA store.
+- 07_tma_store.cu          the epilogue through shared memory and a TMA store;
+- 08_pingpong.cu           ping-pong consumers: each warpgroup owns a 128 x 128 tile, the two take turns
+                           on the tensor cores, one's epilogue under the other's MMAs.
 """
 from __future__ import annotations
 
@@ -65,14 +67,16 @@ RUNGS = (Rung("wgmma_smem", "07-gemm-hopper/01_wgmma_smem.cu", "gemm_wgmma_smem"
          Rung("warp_specialized", "07-gemm-hopper/04_warp_specialized.cu", "gemm_warp_specialized"),
          Rung("persistent", "07-gemm-hopper/05_persistent.cu", "gemm_persistent"),
          Rung("cluster_multicast", "07-gemm-hopper/06_cluster_multicast.cu", "gemm_cluster_multicast"),
-         Rung("tma_store", "07-gemm-hopper/07_tma_store.cu", "gemm_tma_store"))
+         Rung("tma_store", "07-gemm-hopper/07_tma_store.cu", "gemm_tma_store"),
+         Rung("pingpong", "07-gemm-hopper/08_pingpong.cu", "gemm_pingpong"))
 BEST = "persistent"       # the fastest rung at 8192^3 in the chapter's sweep (gemm-hopper-ladder-sweep.log)
 # instructions the SASS of each rung must hold (the Hopper path, not a fallback the compiler chose)
 EXPECTED_SASS = {"wgmma_smem": ("HGMMA",), "tma_wgmma": ("HGMMA", "UTMALDG"), "tma_ring": ("HGMMA", "UTMALDG"),
                  "tma_ring_bn256": ("HGMMA", "UTMALDG"), "warp_specialized": ("HGMMA", "UTMALDG", "USETMAXREG"),
                  "persistent": ("HGMMA", "UTMALDG", "USETMAXREG"),
                  "cluster_multicast": ("HGMMA", "UTMALDG.MULTICAST", "USETMAXREG"),
-                 "tma_store": ("HGMMA", "UTMALDG.MULTICAST", "UTMASTG", "USETMAXREG")}
+                 "tma_store": ("HGMMA", "UTMALDG.MULTICAST", "UTMASTG", "USETMAXREG"),
+                 "pingpong": ("HGMMA", "UTMALDG", "USETMAXREG")}
 
 
 def rungs() -> dict[str, Rung]:
