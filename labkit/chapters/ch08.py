@@ -13,6 +13,7 @@ Kernels (kernels/08-flash-attention/):
 - 03_exp2.cu          exp2 with scale * log2(e) folded in, row sums reduced once, rare rescales;
 - 04_causal_skip.cu   causal tiles above the diagonal skipped, only diagonal tiles masked;
 - 05_pipelined.cu     a ring of K/V stages, one barrier per tile, O staged for 16-byte stores.
+- 06_wide_warps.cu    32 query rows per warp: each K/V fragment feeds two m16 tiles, Q re-read per k-step.
 """
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ RUNGS = (Rung("fused_simt", "08-flash-attention/01_fused_simt.cu", "flash_simt")
          Rung("mma", "08-flash-attention/02_mma.cu", "flash_mma"),
          Rung("exp2", "08-flash-attention/03_exp2.cu", "flash_exp2"),
          Rung("causal_skip", "08-flash-attention/04_causal_skip.cu", "flash_causal_skip"),
-         Rung("pipelined", "08-flash-attention/05_pipelined.cu", "flash_pipelined"))
+         Rung("pipelined", "08-flash-attention/05_pipelined.cu", "flash_pipelined"),
+         Rung("wide_warps", "08-flash-attention/06_wide_warps.cu", "flash_wide"))
 BEST = "pipelined"
 
 

@@ -1,6 +1,6 @@
 """Chapter 08 kernel ladder (FlashAttention forward: fused SIMT, mma.sync, exp2 + conditional rescale,
-causal tile skipping, multi-stage K/V pipeline) on one GPU: check, time against torch SDPA's back ends
-and a naive torch attention, sweep the best rung's tile macros.
+causal tile skipping, multi-stage K/V pipeline, wide warps of 32 query rows) on one GPU: check, time
+against torch SDPA's back ends and a naive torch attention, sweep the tile macros of rungs 05 and 06.
 
 Run from anywhere on a GPU machine (cupy, numpy, torch; labkit is not used):
 
@@ -37,8 +37,9 @@ Steps:
     else efficient: |o - sdpa| <= 2^-7 |sdpa| + 2^-5 (rms(sdpa) + rms of the row), the row term for
     the bf16-P rounding in either output) and the best rung is checked against fp32 on two heads of
     each timing shape;
- 3. the sweep of 05_pipelined.cu's macros (WARPS, BLOCK_N, STAGES, SWIZZLE, RESCALE_TAU) at
-    B=16 H=16 S=4096, d=128 (and a few at d=64), causal and not, within a guard.
+ 3. the sweep of 06_wide_warps.cu's macros (WARPS, BLOCK_N, SUB_N, STAGES, SWIZZLE, RESCALE_TAU) and
+    a few of 05_pipelined.cu's (WARPS, BLOCK_N, STAGES) at B=16 H=16 S=4096, d=128 and d=64, causal
+    and not, within a guard.
 The whole script aims at well under 4 minutes (a global guard of 225 s trims what is left).
 FA08_KDIR overrides the kernel folder. FA08_SMOKE=1 runs the script's own logic on the CPU (no cupy,
 no torch, no GPU): the kernels are stood in for by a numpy emulation of their contract, shapes shrink,
@@ -91,9 +92,8 @@ RUNGS = [
     ("flash_exp2", "03_exp2.cu", "flash_exp2", {}),
     ("flash_causal_skip", "04_causal_skip.cu", "flash_causal_skip", {}),
     ("flash_pipelined", "05_pipelined.cu", "flash_pipelined", {}),
+    ("flash_wide", "06_wide_warps.cu", "flash_wide", {}),
 ]
-BEST = "flash_pipelined"
-BEST_FILE, BEST_ENTRY = "05_pipelined.cu", "flash_pipelined"
 
 
 def label_of(name, defs):
@@ -103,21 +103,32 @@ def label_of(name, defs):
 LADDER = [(label_of(n, dict(d, HEAD_DIM=hd)), f, e, dict(d, HEAD_DIM=hd))
           for hd in (128, 64) for (n, f, e, d) in RUNGS]
 
-# Sweep of the best rung: every configuration compiles for sm_80 and sm_90 with no spills (NVRTC).
-SWEEP_DEFS = [
-    dict(WARPS=8, BLOCK_N=64, STAGES=2), dict(WARPS=8, BLOCK_N=64, STAGES=3), dict(WARPS=8, BLOCK_N=64, STAGES=4),
-    dict(WARPS=8, BLOCK_N=32, STAGES=2), dict(WARPS=8, BLOCK_N=32, STAGES=3), dict(WARPS=8, BLOCK_N=32, STAGES=4),
-    dict(WARPS=4, BLOCK_N=64, STAGES=2), dict(WARPS=4, BLOCK_N=64, STAGES=3), dict(WARPS=4, BLOCK_N=32, STAGES=4),
-    dict(WARPS=6, BLOCK_N=64, STAGES=2), dict(WARPS=8, BLOCK_N=64, STAGES=2, SWIZZLE=0),
-    dict(WARPS=8, BLOCK_N=64, STAGES=2, RESCALE_TAU="0.0f"),
+# The sweeps: every configuration compiles for sm_80 and sm_90 with no spills (NVRTC 13.5).
+# 06: 32 query rows per warp; SUB_N = keys per softmax step (SUB_N=64 at d=128 spills: not listed).
+SWEEP06_DEFS = [
+    dict(WARPS=4, BLOCK_N=64, SUB_N=32, STAGES=2), dict(WARPS=4, BLOCK_N=64, SUB_N=32, STAGES=3),
+    dict(WARPS=4, BLOCK_N=128, SUB_N=32, STAGES=2), dict(WARPS=4, BLOCK_N=32, SUB_N=32, STAGES=2),
+    dict(WARPS=8, BLOCK_N=64, SUB_N=32, STAGES=2), dict(WARPS=8, BLOCK_N=64, SUB_N=32, STAGES=3),
+    dict(WARPS=4, BLOCK_N=64, SUB_N=32, STAGES=2, SWIZZLE=0),
+    dict(WARPS=4, BLOCK_N=64, SUB_N=32, STAGES=2, RESCALE_TAU="0.0f"),
 ]
-SWEEP_DEFS = [dict(d, HEAD_DIM=128) for d in SWEEP_DEFS] + [
-    dict(HEAD_DIM=64, WARPS=8, BLOCK_N=64, STAGES=3), dict(HEAD_DIM=64, WARPS=8, BLOCK_N=128, STAGES=2),
-    dict(HEAD_DIM=64, WARPS=8, BLOCK_N=128, STAGES=3), dict(HEAD_DIM=64, WARPS=4, BLOCK_N=128, STAGES=2),
+SWEEP06_DEFS = [dict(d, HEAD_DIM=128) for d in SWEEP06_DEFS] + [
+    dict(HEAD_DIM=64, WARPS=4, BLOCK_N=128, SUB_N=64, STAGES=2), dict(HEAD_DIM=64, WARPS=4, BLOCK_N=64, SUB_N=64, STAGES=2),
+    dict(HEAD_DIM=64, WARPS=8, BLOCK_N=128, SUB_N=64, STAGES=2), dict(HEAD_DIM=64, WARPS=4, BLOCK_N=128, SUB_N=32, STAGES=2),
+    dict(HEAD_DIM=64, WARPS=4, BLOCK_N=128, SUB_N=64, STAGES=3),
+]
+# 05: its default and the best of the 2026-12-01 sweep at each head dim (the rest of that sweep is in
+# flash-attention-sweep-2.log)
+SWEEP05_DEFS = [
+    dict(HEAD_DIM=128, WARPS=8, BLOCK_N=64, STAGES=2), dict(HEAD_DIM=128, WARPS=4, BLOCK_N=64, STAGES=2),
+    dict(HEAD_DIM=128, WARPS=4, BLOCK_N=64, STAGES=3), dict(HEAD_DIM=64, WARPS=8, BLOCK_N=128, STAGES=2),
+    dict(HEAD_DIM=64, WARPS=4, BLOCK_N=128, STAGES=2),
 ]
 if SMOKE:
-    SWEEP_DEFS = SWEEP_DEFS[:3] + SWEEP_DEFS[-1:]
-SWEEP = [(label_of(BEST, d), BEST_FILE, BEST_ENTRY, d) for d in SWEEP_DEFS]
+    SWEEP06_DEFS = SWEEP06_DEFS[:2] + SWEEP06_DEFS[-1:]
+    SWEEP05_DEFS = SWEEP05_DEFS[:1]
+SWEEP = ([(label_of("flash_wide", d), "06_wide_warps.cu", "flash_wide", d) for d in SWEEP06_DEFS]
+         + [(label_of("flash_pipelined", d), "05_pipelined.cu", "flash_pipelined", d) for d in SWEEP05_DEFS])
 
 
 def log(*a):
@@ -453,8 +464,9 @@ class SmokeBackend(GpuBackend):
             os._exit(7)                          # a stand-in for a kernel that kills its process
         hd = int(defs.get("HEAD_DIM", 128))
         warps = int(defs.get("WARPS", 8 if fname.startswith("05") else 4))
-        bn = int(defs.get("BLOCK_N", 32 if fname.startswith("01") else 64))
-        bm = 32 if fname.startswith("01") else 16 * warps
+        bn = int(defs.get("BLOCK_N", 32 if fname.startswith("01") else
+                          (128 if fname.startswith("06") and hd == 64 else 64)))
+        bm = 32 if fname.startswith("01") else (32 if fname.startswith("06") else 16) * warps
         cfg = [bm, bn, 32 * warps, 1024 * 96, hd, int(defs.get("STAGES", 1)), warps, 1]
         np = self.np
         be = self
@@ -903,7 +915,7 @@ def main():
             be.free()
             save()
 
-        # ---- step 3: the sweep of the best rung ---------------------------------------------------------
+        # ---- step 3: the sweeps of rungs 06 and 05 ------------------------------------------------------
         t_sweep = time.time()
         probs = {}
         for i, item in enumerate(SWEEP):
@@ -940,7 +952,7 @@ def main():
                     if flash:
                         rec["x_flash"] = rec["tflops"] / flash["tflops"]
                     del ob, lb
-                    log(f"[sweep {i + 1:2d}/{len(SWEEP)}] {b.config():34s} {key}: regs {b.regs} "
+                    log(f"[sweep {i + 1:2d}/{len(SWEEP)}] {sweep_tag(dict(rec, kernel=label))[:52]:52s} {key}: regs {b.regs} "
                         f"{t['median_ms']:7.3f} ms {rec['tflops']:6.1f} TFLOP/s"
                         + (f" {rec['x_flash']:5.2f}x flash" if flash else "") + f" {'ok' if rec['ok'] else 'WRONG'}")
                 except Exception as e:
@@ -960,7 +972,7 @@ def main():
         for r in res["sweep"]:
             if r.get("ok") and r.get("tflops") and not r.get("local_bytes"):
                 if r["shape"] not in best or r["tflops"] > best[r["shape"]]["tflops"]:
-                    best[r["shape"]] = dict(kernel=r["kernel"], config=r.get("config"), tflops=r["tflops"],
+                    best[r["shape"]] = dict(kernel=r["kernel"], config=sweep_tag(r), tflops=r["tflops"],
                                             median_ms=r["median_ms"], x_flash=r.get("x_flash"))
         res["best"] = best
         save()
@@ -974,6 +986,13 @@ def main():
     finally:
         save()
         print_table(res, out_json)
+
+
+def sweep_tag(r):
+    """Rung, geometry and the macros the geometry does not show (SUB_N, RESCALE_TAU) of a sweep record."""
+    d = r.get("defs") or {}
+    extra = "".join(f" {k.lower()}={d[k]}" for k in ("SUB_N", "RESCALE_TAU") if k in d)
+    return f"{r['kernel'].split('[')[0].replace('flash_', '')} {r.get('config') or ''}{extra}"
 
 
 def print_table(res, out_json):
@@ -998,9 +1017,9 @@ def print_table(res, out_json):
         print(f"{k[:52]:52s} {shp:26s} {f(ms, '{:8.3f}'):>8s} {f(tf, '{:8.1f}'):>8s} {f(xf, '{:7.2f}x'):>8s} "
               f"{f(err, '{:8.1e}'):>8s} {ok}")
     if res["sweep"]:
-        print("\nsweep of the best rung:")
+        print("\nsweep of rungs 06 (wide) and 05 (pipelined):")
         for r in sorted([r for r in res["sweep"] if r.get("tflops")], key=lambda r: (r["shape"], -r["tflops"])):
-            print(f"  {r.get('config', '')[:40]:40s} {r['shape']:26s} {r['median_ms']:8.3f} ms {r['tflops']:7.1f} "
+            print(f"  {sweep_tag(r)[:58]:58s} {r['shape']:26s} {r['median_ms']:8.3f} ms {r['tflops']:7.1f} "
                   f"{f(r.get('x_flash'), '{:6.2f}x'):>7s} regs {r.get('regs')} {'ok' if r.get('ok') else 'WRONG'}")
         for r in res["sweep"]:
             if not r.get("tflops"):
