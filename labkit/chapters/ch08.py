@@ -13,7 +13,11 @@ Kernels (kernels/08-flash-attention/):
 - 03_exp2.cu          exp2 with scale * log2(e) folded in, row sums reduced once, rare rescales;
 - 04_causal_skip.cu   causal tiles above the diagonal skipped, only diagonal tiles masked;
 - 05_pipelined.cu     a ring of K/V stages, one barrier per tile, O staged for 16-byte stores.
-- 06_wide_warps.cu    32 query rows per warp: each K/V fragment feeds two m16 tiles, Q re-read per k-step.
+- 06_wide_warps.cu    32 query rows per warp: each K/V fragment feeds two m16 tiles, Q re-read per k-step;
+- 07_wgmma.cu         Hopper (sm_90a) only: a TMA producer warpgroup, two wgmma consumer warpgroups of 64
+                      query rows, softmax under the P V of the previous tile (FlashAttention-3's schedule).
+                      It takes tensor maps of Q, K, V (launch_config's out[8] = 1), built here by `launcher`;
+                      on other GPUs the checks and benchmarks skip it with a line in the log.
 """
 from __future__ import annotations
 
@@ -55,8 +59,10 @@ RUNGS = (Rung("fused_simt", "08-flash-attention/01_fused_simt.cu", "flash_simt")
          Rung("exp2", "08-flash-attention/03_exp2.cu", "flash_exp2"),
          Rung("causal_skip", "08-flash-attention/04_causal_skip.cu", "flash_causal_skip"),
          Rung("pipelined", "08-flash-attention/05_pipelined.cu", "flash_pipelined"),
-         Rung("wide_warps", "08-flash-attention/06_wide_warps.cu", "flash_wide"))
+         Rung("wide_warps", "08-flash-attention/06_wide_warps.cu", "flash_wide"),
+         Rung("wgmma", "08-flash-attention/07_wgmma.cu", "flash_wgmma"))
 BEST = "pipelined"
+HOPPER_ONLY = ("wgmma",)        # wgmma, TMA, setmaxnreg: compute capability 9.0 only (sm_90a builds)
 
 
 def rungs() -> dict[str, Rung]:
@@ -77,6 +83,9 @@ class Geometry:
     stages: int
     warps: int
     swizzle: int
+    operands: int = 0       # 0: Q, K, V pointers; 1: tensor maps of Q, K, V (07_wgmma.cu)
+    q_box: int = 0          # rows of the Q box and of the K/V box of those tensor maps (64 columns each)
+    kv_box: int = 0
 
     def grid(self, B: int, H: int, S: int) -> tuple[int, int, int]:
         if B * H > 65535:
@@ -87,9 +96,21 @@ class Geometry:
 @functools.lru_cache(maxsize=None)
 def geometry(path: str, macros: tuple) -> Geometry:
     import cupy as cp
-    out = cp.zeros(8, dtype=cp.int32)
+    out = cp.zeros(16, dtype=cp.int32)      # 8 fields; 11 for a rung that takes tensor maps
     load_module(path, options(macros)).get_function("launch_config")((1,), (1,), (out,))
-    return Geometry(*(int(x) for x in out.get()))
+    return Geometry(*(int(x) for x in out.get()[:11]))
+
+
+def is_hopper_only(rung: Rung) -> bool:
+    return rung.name in HOPPER_ONLY or rung.path.endswith("07_wgmma.cu")
+
+
+def runs_here(rung: Rung) -> bool:
+    """False for a Hopper-only rung on any GPU but compute capability 9.0."""
+    if not is_hopper_only(rung):
+        return True
+    from ..measure.device import gpu_info
+    return gpu_info()["compute_capability"] == "9.0"
 
 
 @functools.lru_cache(maxsize=None)
@@ -129,11 +150,31 @@ def launcher(Q, K, V, O, LSE, causal: bool, version: str = BEST, rung: Rung | No
         rung = rungs()[version]
     B, H, S, d = check_operands(Q, K, V, O, LSE)
     r = build(rung, d)
+    if is_hopper_only(r):
+        from .ch07 import require_hopper
+        require_hopper()
     g = geometry(r.path, r.macros)
     k = _kernel(r.path, r.function, r.macros)
     grid, block = g.grid(B, H, S), (g.threads, 1, 1)
+    if g.operands == 1:
+        qkv = tensor_maps(Q, K, V, g)
+        args = (*qkv, O, LSE, np.int32(S), np.int32(1 if causal else 0))
+        keep = (Q, K, V)                        # the maps hold their addresses: keep the arrays alive
+        return lambda: (k(grid, block, args, shared_mem=g.smem), keep)[0]
     args = (Q, K, V, O, LSE, np.int32(S), np.int32(1 if causal else 0))
     return lambda: k(grid, block, args, shared_mem=g.smem)
+
+
+def tensor_maps(Q, K, V, g: Geometry):
+    """TMA tensor maps of Q, K, V viewed as (B H S) x d bf16 arrays (128-byte swizzle, zero fill past the
+    last row), with boxes of g.q_box rows (Q) and g.kv_box rows (K, V), 64 columns each. A box that starts
+    in one head and runs past its S reads the next head's first rows: the kernel masks those keys to
+    -inf (P = 0) and never stores those query rows, so they only cost bandwidth."""
+    from ..measure.tensormap import tensor_map
+    B, H, S, d = Q.shape
+    if B * H * S >= 2 ** 31:
+        raise KernelInputError(f"B x H x S = {B * H * S}: the tensor maps' row coordinates are 32-bit signed")
+    return tuple(tensor_map(x.reshape(B * H * S, d), box) for x, box in ((Q, g.q_box), (K, g.kv_box), (V, g.kv_box)))
 
 
 def attention(Q, K, V, O, LSE, causal: bool = False, version: str = BEST, rung: Rung | None = None) -> None:
@@ -242,6 +283,9 @@ def check_all(ctx, names=None) -> None:
     for name, rung in rungs().items():
         if names is not None and name not in names:
             continue
+        if not runs_here(rung):
+            ctx.log.append(f"--  {name}: wgmma, TMA and setmaxnreg need compute capability 9.0 (Hopper): not checked")
+            continue
         for shape in CHECK_SHAPES:
             check_rung(ctx, rung, *shape)
 
@@ -330,6 +374,9 @@ def benchmarks(ctx):
         for name, rung in rungs().items():
             if name in SLOW and (B, H, S) != (16, 16, 4096):
                 continue
+            if not runs_here(rung):
+                ctx.log.append(f"{name}: wgmma, TMA and setmaxnreg need compute capability 9.0 (Hopper): not timed")
+                continue
             run = launcher(Q, K, V, O, L, bool(causal), rung=rung)
             if name in SLOW:                            # 0.04x SDPA: three runs, the baseline from the group
                 timed.append((name, bench(run, reps=3, warmup_ms=1.0), group.get("sdpa_flash")))
@@ -354,7 +401,8 @@ def _record(ctx, kernel_name, shape, t, base):
     return ctx.record(chapter="08", op="attention_fwd", kernel=kernel_name, shape=[B, H, S, d, int(causal)],
                       dtype="bfloat16", bytes=fused_bytes(B, H, S, d), flops=flops(B, H, S, d, causal), timing=t,
                       baseline="SDPA flash" if base is not None and own else None,
-                      baseline_timing=base if own else None, ceiling="mma")
+                      baseline_timing=base if own else None,
+                      ceiling="wgmma" if kernel_name in HOPPER_ONLY else "mma")
 
 
 # ----------------------------------------------------------------------------------------- the lab
