@@ -144,3 +144,19 @@ def test_compile_check_reports_after_cuda_work():
         report = compile_check("01-roofline/03_copy_vec128_flat.cu", "sm_90")
         assert report.functions["copy_vec128_flat"].registers > 0
     assert bool((y == x).all())
+
+
+def test_interleaved_timing_agrees_with_bench_and_alternates():
+    """Two copies of different sizes timed in alternation: each median matches its own bench, and the
+    pooled Timing of two pairs holds all their runs."""
+    import cupy as cp
+    from labkit.measure.timing import bench, bench_interleaved, pooled
+    big, small = (cp.random.random(n, dtype=cp.float32) for n in (64 << 20, 16 << 20))
+    out_b, out_s = cp.empty_like(big), cp.empty_like(small)
+    fns = {"big": lambda: cp.copyto(out_b, big), "small": lambda: cp.copyto(out_s, small)}
+    ts = bench_interleaved(fns, reps=30)
+    assert list(ts) == ["big", "small"] and all(t.reps == 30 for t in ts.values())
+    assert ts["big"].median_ms == pytest.approx(bench(fns["big"]).median_ms, rel=0.1)
+    assert ts["small"].median_ms == pytest.approx(bench(fns["small"]).median_ms, rel=0.1)
+    assert 3 < ts["big"].median_ms / ts["small"].median_ms < 5
+    assert pooled([ts["big"], ts["big"]]).reps == 60

@@ -225,3 +225,12 @@ def test_gpu_verbs_without_gpu_say_so_and_exit_2(capsys, monkeypatch):
     assert main(["gpu-check", "--only", "execute"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("NoGPUError: gpu-check needs a CUDA GPU") and "Traceback" not in err
+
+
+def test_pooled_timing_holds_every_run_and_falls_back_without_runs():
+    from labkit.measure.timing import Timing, pooled, summarize
+    a, b = summarize([1.0, 2.0, 3.0]), summarize([4.0, 5.0])
+    p = pooled([a, b])
+    assert p.reps == 5 and p.median_ms == 3.0 and p.samples == (1.0, 2.0, 3.0, 4.0, 5.0)
+    profiled = Timing(1.0, 0.0, 1.0, 1.0, 1, profile_id=7)
+    assert pooled([profiled, profiled]) is profiled       # under the profiler a Timing holds no runs

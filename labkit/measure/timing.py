@@ -20,6 +20,7 @@ class Timing:
     max_ms: float
     reps: int
     profile_id: int | None = None   # under the profiler: which timed call this was (see `bench`)
+    samples: tuple = dataclasses.field(default=(), repr=False, compare=False)   # the runs, in ms
 
     def __str__(self):
         return f"{self.median_ms:.4f} ms (IQR {self.spread_ms:.4f}, n={self.reps})"
@@ -34,7 +35,14 @@ def summarize(samples_ms: Sequence[float]) -> Timing:
         spread = q[2] - q[0]
     else:
         spread = s[-1] - s[0]
-    return Timing(statistics.median(s), spread, s[0], s[-1], len(s))
+    return Timing(statistics.median(s), spread, s[0], s[-1], len(s), samples=tuple(samples_ms))
+
+
+def pooled(timings) -> Timing:
+    """One Timing over the runs of several (the same function timed beside several others); under the
+    profiler, where a Timing holds no runs, the first of them."""
+    runs = [x for t in timings for x in t.samples]
+    return summarize(runs) if runs else timings[0]
 
 
 _FLUSH_SOURCE = r"""
@@ -122,6 +130,52 @@ def bench(fn: Callable, *, inputs: Sequence[tuple] | None = None, warmup_ms: flo
         e.record(stream)
     events[-1][1].synchronize()
     return summarize([cp.cuda.get_elapsed_time(s, e) for s, e in events])
+
+
+def bench_interleaved(fns: dict, *, warmup_ms: float = 25.0, reps: int | None = None, max_reps: int = 50,
+                      target_ms: float = 300.0, flush_l2: bool = True) -> dict:
+    """Median times of several functions measured in alternation: repetition k of each runs right after
+    repetition k of the one before it, each after its own L2 flush and inside its own pair of events.
+
+    Under sustained tensor-core load an H200's clock falls within tens of milliseconds, and cuBLAS at
+    8192^3 was seen between 1.46 and 1.69 ms in one run: a kernel timed for 50 repetitions after a baseline
+    timed for 20 is measured at a lower clock than its baseline. Alternating gives every function the same
+    drift, so their ratio is fair. Returns {name: Timing} in the order of `fns`; the repetition count fits
+    `target_ms` of the functions' summed time, between 10 and `max_reps`, unless given."""
+    import cupy as cp
+    global _flusher
+    if os.environ.get("LABKIT_PROFILE"):
+        return {name: _profiled_once(fn) for name, fn in fns.items()}
+    if flush_l2 and _flusher is None:
+        _flusher = L2Flusher()
+    stream = cp.cuda.get_current_stream()
+    one = 0.0
+    for fn in fns.values():                   # warm-up of each, and a first estimate of one round's time
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        i, spent = 0, 0.0
+        while True:
+            start.record(stream)
+            fn()
+            end.record(stream)
+            end.synchronize()
+            spent += cp.cuda.get_elapsed_time(start, end)
+            i += 1
+            if i >= 3 and spent >= warmup_ms or i >= 1000:
+                break
+        one += max(spent / i, 1e-4)
+    if reps is None:
+        reps = int(min(max_reps, max(10, target_ms / one)))
+    events = {name: [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(reps)] for name in fns}
+    for k in range(reps):
+        for name, fn in fns.items():
+            if flush_l2:
+                _flusher()
+            s, e = events[name][k]
+            s.record(stream)
+            fn()
+            e.record(stream)
+    stream.synchronize()
+    return {name: summarize([cp.cuda.get_elapsed_time(s, e) for s, e in ev]) for name, ev in events.items()}
 
 
 PROFILE_MARKER = "labkit_profile_marker"
