@@ -143,6 +143,10 @@ def test_every_page_renders_in_chromium(server, built_book):
                                    ".map(i => i.getAttribute('src'))")
             if broken:
                 problems.append(f"{name}: broken images {broken}")
+            wide = page.evaluate("() => [...document.querySelectorAll('main pre')]"
+                                 ".filter(e => e.scrollWidth > e.clientWidth + 1).length")
+            if wide:
+                problems.append(f"{name}: {wide} code block(s) scroll sideways (_static/code.css wraps them)")
             text = page.evaluate("() => { const m = document.querySelector('main') || document.body;"
                                  " const c = m.cloneNode(true); c.querySelectorAll('pre, code').forEach(e => e.remove());"
                                  " return c.innerText; }")
@@ -174,6 +178,39 @@ def test_each_lab_page_says_where_its_outputs_came_from(built_book):
         nb = nbformat.read(str(ROOT / f"{page}.ipynb"), as_version=4)
         expected = banner(nb.metadata.get("labkit", {}).get("provenance"))
         assert expected in (built_book / f"{page}.html").read_text(), page
+
+
+CODE_CSS = ROOT / "_static" / "code.css"
+
+
+def css_declarations(css: str, selector: str) -> dict[str, str]:
+    """The declarations of the rule for exactly `selector` in a stylesheet, comments removed."""
+    css = re.sub(r"/\*.*?\*/", "", css, flags=re.S)
+    for sel, body in re.findall(r"([^{}]+)\{([^}]*)\}", css):
+        if selector in [x.strip() for x in sel.split(",")]:
+            return {k.strip(): v.strip() for k, v in (d.split(":", 1) for d in body.split(";") if ":" in d)}
+    return {}
+
+
+def test_code_blocks_wrap_instead_of_scrolling():
+    """Kernel sources and notebook cells run to 110-120 columns; the theme's content column holds about 80.
+    Code blocks (listings, code cells, text outputs: all `div.highlight pre`) wrap inside the column, with a
+    hanging indent on the continuations, instead of scrolling sideways. The rule ships in _static/, which
+    Jupyter Book links from every page; where a build at least as new as the stylesheet is present, its pages
+    link it and still put code in `div.highlight pre`. (The browser test checks that no block scrolls.)"""
+    rule = css_declarations(CODE_CSS.read_text(), "div.highlight pre")
+    assert rule, "_static/code.css has no rule for `div.highlight pre`"
+    assert rule.get("white-space") == "pre-wrap", rule
+    assert rule.get("overflow-wrap") in ("anywhere", "break-word"), rule
+    indent = rule.get("text-indent", "").split()
+    assert "hanging" in indent and "each-line" in indent, f"no hanging indent on wrapped lines: {rule}"
+    html = ROOT / "_build" / "html"
+    for page in ("book/01-roofline/index.html", "labs/03-elementwise/lab.html"):
+        built = html / page
+        if built.exists() and built.stat().st_mtime >= CODE_CSS.stat().st_mtime:
+            text = built.read_text()
+            assert re.search(r'<link[^>]+href="[./]*_static/code\.css', text), f"{page} does not link code.css"
+            assert re.search(r'<div class="highlight[^"]*"><pre>', text), f"{page}: no `div.highlight pre` left"
 
 
 def test_banner_names_gpu_and_date():

@@ -11,7 +11,8 @@
 // a fragment load reads at one column sit in 8 different bank groups. The accumulator layout of a
 // fragment is unspecified, so the epilogue stores each 16x16 fp32 fragment to a per-warp scratch tile
 // and converts from there. (nvcuda::wmma is used where its header is available, else the same wmma
-// PTX instructions it compiles to; ptxas turns both into ldmatrix + HMMA.16816, two per 16x16x16.)
+// PTX instructions it compiles to; ptxas turns both into HMMA.16816, two per 16x16x16, and loads the
+// fragments with 32-bit LDS, transposing B with MOVM: no ldmatrix (cuobjdump of the sm_90 build).)
 // Shapes: any M and N (tails zero-filled on load, stores predicated), K a multiple of 8 (a 16-byte chunk
 // of a row is all in or all out of the matrix). gemm_wmma needs N % 8 == 0; gemm_wmma_anyn takes any N
 // (B and C element by element).

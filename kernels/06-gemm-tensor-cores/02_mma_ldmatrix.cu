@@ -22,6 +22,8 @@
 // build, checked with nvdisasm), so the instruction stream is the same up to scheduling and the
 // epilogue: ~120 registers, 2 blocks per SM, the same exposed load latency. Expect 01's speed within
 // +-10%: ~220 TFLOP/s at 4096^3 and 8192^3, ~35% of the mma.sync roof, ~28% of cuBLAS.
+// (The premise was wrong: the WMMA build loads its fragments with 32-bit LDS and MOVM, not ldmatrix,
+// as cuobjdump of 01 shows; the difference this rung measures is ldmatrix's.)
 //
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "gemm_bf16"):
 //   mma_ldmatrix at 4096x4096x4096: 0.6550 ms, 209.8 TFLOP/s, 33.3% of mma, 0.26x cuBLAS bf16

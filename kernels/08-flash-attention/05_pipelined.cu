@@ -26,10 +26,10 @@
 // blocks, 8.6 GB in all (~1.5 TB/s at 6 ms); shared memory 16 FLOP per ldmatrix byte (85% of the SM's
 // 128 B/clk at the roof: the real limit with 16-row warps), plus ~2 FP32/MUFU instructions per score
 // (a MUFU.EX2 per score is 1/4 of the mma time). Registers ~220-230 at d=128 (O 64, S 32, Q 32, K/V
-// fragments): 1 block of 8 warps per SM, 2 warps per scheduler, 2048 blocks = 15.5 waves. Expect
-// 330-400 TFLOP/s non-causal (52-63% of the 636 TFLOP/s roof; 0.9-1.1x SDPA flash at 364), causal
-// 290-370 (the diagonal tiles and the uneven blocks cost 5-10%); d=64: 250-330 (twice the softmax work
-// per FLOP).
+// fragments): 1 block of 8 warps per SM, 2 warps per scheduler, 8192 blocks (32 query tiles x 256
+// heads) = 62 waves. Expect 330-400 TFLOP/s non-causal (52-63% of the 636 TFLOP/s roof; 0.9-1.1x SDPA
+// flash at 364), causal 290-370 (the diagonal tiles and the uneven blocks cost 5-10%); d=64: 250-330
+// (twice the softmax work per FLOP).
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
 #endif
