@@ -19,7 +19,7 @@ import os
 import re
 
 from ..errors import KernelCompileError, LabkitError
-from ..measure.compile import compile_check
+from ..measure.compile import compile_check, no_such_kernel
 from ..measure.device import has_gpu
 from . import tasks as T
 from .answers import check
@@ -79,10 +79,7 @@ def compile_error_without_gpu(task, source: str) -> str | None:
     # __launch_bounds__(...) may stand between __global__ and the name (its parentheses are skipped)
     if not re.search(r'extern\s+"C"[^;{]*__global__(?:[^;{(]|__launch_bounds__\s*\([^)]*\))*\b'
                      + re.escape(task.kernel) + r"\s*\(", source):
-        names = re.findall(r"__global__\s+(?:void\s+)?(?:__launch_bounds__\([^)]*\)\s+)?(?:void\s+)?(\w+)\s*\(",
-                           source)
-        return (f"no kernel named '{task.kernel}' in the source (found: {', '.join(names) or 'none'}); "
-                'declare it as extern "C" __global__ void ...')
+        return no_such_kernel(task.kernel, source)
     return None
 
 

@@ -90,7 +90,7 @@ def _reference(xp, ins, case):
     return ins["A"] @ ins["B"]
 
 
-def _rms(xp, a) -> float:
+def rms(xp, a) -> float:
     return float(xp.sqrt(xp.mean(xp.square(a)))) if a.size else 0.0
 
 
@@ -98,7 +98,7 @@ def gemm_atol(xp, ins, case) -> float:
     """The absolute tolerance of one case (labkit.chapters.ch05.tolerance, from the case's own inputs):
     4 K eps32 rms(A) rms(B)."""
     K = case.shape[2]
-    return 4 * max(K, 1) * EPS32 * _rms(xp, ins["A"]) * _rms(xp, ins["B"]) + 1e-30
+    return 4 * max(K, 1) * EPS32 * rms(xp, ins["A"]) * rms(xp, ins["B"]) + 1e-30
 
 
 def cublas_baseline(ins, out, case):

@@ -28,6 +28,7 @@ import importlib.util
 
 import numpy as np
 
+from .ch05 import rms
 from .tasks import KernelTask, NumericTask, Question
 
 EPS32 = float(np.finfo(np.float32).eps)
@@ -126,9 +127,9 @@ fragments = NumericTask(
 
 # ----------------------------------------------------------------------------------- shared pieces
 
-def _padded_bf16(gen, rows: int, cols: int, pad: int):
-    """A rows x cols bf16 (uint16 bits) random normal matrix at the start of an allocation whose next `pad`
-    elements are NaN."""
+def padded_bf16(gen, rows: int, cols: int, pad: int):
+    """A rows x cols bf16 (uint16 bits) random normal matrix at the start of an allocation (16-byte
+    aligned) whose next `pad` elements are NaN."""
     import cupy as cp
     n = rows * cols
     raw = gen.normal(n + pad, "bf16")
@@ -138,8 +139,8 @@ def _padded_bf16(gen, rows: int, cols: int, pad: int):
 
 def _inputs(case, gen):
     M, N, K = case.shape
-    A = _padded_bf16(gen, M, K, A_PAD_ROWS * K + PAD_TAIL)
-    B = _padded_bf16(gen, K, N, B_PAD_ROWS * N + PAD_TAIL)
+    A = padded_bf16(gen, M, K, A_PAD_ROWS * K + PAD_TAIL)
+    B = padded_bf16(gen, K, N, B_PAD_ROWS * N + PAD_TAIL)
     return {"A": (A, "bf16"), "B": (B, "bf16")}
 
 
@@ -147,20 +148,16 @@ def _reference(xp, ins, case):
     return ins["A"] @ ins["B"]
 
 
-def _rms(xp, a) -> float:
-    return float(xp.sqrt(xp.mean(xp.square(a)))) if a.size else 0.0
-
-
 def tile_atol(xp, ins, case) -> float:
     """06.mma_tile (fp32 out): 4 K eps32 rms(A) rms(B), from the case's own (decoded) inputs."""
     K = case.shape[2]
-    return 4 * max(K, 1) * EPS32 * _rms(xp, ins["A"]) * _rms(xp, ins["B"]) + 1e-30
+    return 4 * max(K, 1) * EPS32 * rms(xp, ins["A"]) * rms(xp, ins["B"]) + 1e-30
 
 
 def gemm_atol(xp, ins, case) -> float:
     """06.mma_gemm (bf16 out): 8 K eps32 rms(A) rms(B), the accumulation before the output's rounding."""
     K = case.shape[2]
-    return 8 * max(K, 1) * EPS32 * _rms(xp, ins["A"]) * _rms(xp, ins["B"]) + 1e-30
+    return 8 * max(K, 1) * EPS32 * rms(xp, ins["A"]) * rms(xp, ins["B"]) + 1e-30
 
 
 # cuBLAS through CuPy: cublasGemmEx on bf16 data with fp32 compute (CUDA_R_16BF = 14, CUBLAS_COMPUTE_32F = 68,
@@ -168,18 +165,21 @@ def gemm_atol(xp, ins, case) -> float:
 _R_16BF, _COMPUTE_32F, _GEMM_DEFAULT = 14, 68, -1
 
 
-def _gemm_ex_bf16(A, B, C):
-    """C = A @ B (row-major bf16 bits, fp32 accumulation) through cublasGemmEx: in column-major terms
-    C^T (N x M) = B^T (N x K) A^T (K x M), so B goes first."""
+def gemm_ex_bf16(A, B, C, b_transposed: bool = False):
+    """C = A @ B (or A @ B^T when `b_transposed`: B given as N x K, the TN GEMM of nn.Linear), row-major bf16
+    bits, fp32 accumulation, through cublasGemmEx. In column-major terms C^T (N x M) = B^T A^T, so B goes
+    first: a row-major K x N B is column-major N x K as stored (op N, ld N); a row-major N x K B_t is
+    column-major K x N, transposed (op T, ld K); A^T (K x M) is A as stored (op N, ld K); ldc = N."""
     import cupy as cp
     from cupy.cuda import cublas, device
     M, K = A.shape
-    N = B.shape[1]
+    N = B.shape[0] if b_transposed else B.shape[1]
     one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
     handle = device.get_cublas_handle()
     cublas.setStream(handle, cp.cuda.get_current_stream().ptr)
-    cublas.gemmEx(handle, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, N, M, K, one.ctypes.data,
-                  B.data.ptr, _R_16BF, N, A.data.ptr, _R_16BF, K, zero.ctypes.data,
+    op_b, ld_b = (cublas.CUBLAS_OP_T, K) if b_transposed else (cublas.CUBLAS_OP_N, N)
+    cublas.gemmEx(handle, op_b, cublas.CUBLAS_OP_N, N, M, K, one.ctypes.data,
+                  B.data.ptr, _R_16BF, ld_b, A.data.ptr, _R_16BF, K, zero.ctypes.data,
                   C.data.ptr, _R_16BF, N, _COMPUTE_32F, _GEMM_DEFAULT)
 
 
@@ -192,7 +192,7 @@ def cublas_baseline(ins, out, case):
         from ..chapters.ch06 import cublas_bf16
         cublas_bf16(ins["A"], ins["B"], out)
         return
-    _gemm_ex_bf16(ins["A"], ins["B"], out)
+    gemm_ex_bf16(ins["A"], ins["B"], out)
 
 
 def _flops(s):

@@ -30,11 +30,13 @@ import importlib.util
 
 import numpy as np
 
+from .ch05 import rms
+from .ch06 import gemm_ex_bf16, padded_bf16
 from .tasks import KernelTask, NumericTask, Question
 
 EPS32 = float(np.finfo(np.float32).eps)
 BF16_REL = 2.0 ** -8
-BF16_NAN = 0x7FC0
+NAN_TAIL = 4096         # NaN elements after each input: what a kernel reads past the end of a matrix
 
 # The speed bar of 07.wgmma_gemm, % of cuBLAS bf16 measured in the same grade at SPEED_SHAPE.
 # An ESTIMATE, not a measurement: MUST BE SET FROM THE H200 MEASUREMENT of the reference solution (the
@@ -102,16 +104,6 @@ numbers = NumericTask(
 
 # ----------------------------------------------------------------------------------- shared pieces
 
-def _padded_bf16(gen, rows: int, cols: int, pad: int = 4096):
-    """A rows x cols bf16 (uint16 bits) random normal matrix at the start of an allocation whose next `pad`
-    elements are NaN (16-byte aligned: the allocation's start)."""
-    import cupy as cp
-    n = rows * cols
-    raw = gen.normal(n + pad, "bf16")
-    raw[n:] = cp.uint16(BF16_NAN)
-    return raw[:n].reshape(rows, cols)
-
-
 def _maps(ctx, *specs):
     """The tensor maps of (array, box_rows) pairs, cached on the worker's ctx by the array's address, shape and
     strides (a map holds nothing else), so a timed launch does not pay for the driver call."""
@@ -132,15 +124,11 @@ def _maps(ctx, *specs):
     return out
 
 
-def _rms(xp, a) -> float:
-    return float(xp.sqrt(xp.mean(xp.square(a)))) if a.size else 0.0
-
-
 # ------------------------------------------------------------------------------- one TMA box per block
 
 def _tile_inputs(case, gen):
     R, C = case.shape
-    return {"X": (_padded_bf16(gen, R, C), "bf16")}
+    return {"X": (padded_bf16(gen, R, C, NAN_TAIL), "bf16")}
 
 
 def _tile_reference(xp, ins, case):
@@ -195,7 +183,7 @@ tma_tile = KernelTask(
 
 def _gemm_inputs(case, gen):
     M, N, K = case.shape
-    return {"A": (_padded_bf16(gen, M, K), "bf16"), "B_t": (_padded_bf16(gen, N, K), "bf16")}
+    return {"A": (padded_bf16(gen, M, K, NAN_TAIL), "bf16"), "B_t": (padded_bf16(gen, N, K, NAN_TAIL), "bf16")}
 
 
 def _gemm_reference(xp, ins, case):
@@ -206,28 +194,7 @@ def gemm_atol(xp, ins, case) -> float:
     """8 K eps32 rms(A) rms(B_t): the fp32 accumulation before the output's rounding (labkit.chapters.ch06
     .tolerance, from the case's own decoded inputs)."""
     K = case.shape[2]
-    return 8 * max(K, 1) * EPS32 * _rms(xp, ins["A"]) * _rms(xp, ins["B_t"]) + 1e-30
-
-
-# cuBLAS through CuPy when torch is missing: cublasGemmEx on bf16 data, fp32 compute (CUDA_R_16BF = 14,
-# CUBLAS_COMPUTE_32F = 68, CUBLAS_GEMM_DEFAULT = -1)
-_R_16BF, _COMPUTE_32F, _GEMM_DEFAULT = 14, 68, -1
-
-
-def _gemm_ex_tn(A, B_t, C):
-    """C = A @ B_t^T, row-major bf16 bits, through cublasGemmEx. Column-major, C^T (N x M) = B_t (N x K, which
-    column-major is a K x N matrix, transposed: op T, ld K) times A^T (K x M, column-major as stored: op N,
-    ld K); ldc = N."""
-    import cupy as cp
-    from cupy.cuda import cublas, device
-    M, K = A.shape
-    N = B_t.shape[0]
-    one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
-    handle = device.get_cublas_handle()
-    cublas.setStream(handle, cp.cuda.get_current_stream().ptr)
-    cublas.gemmEx(handle, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, N, M, K, one.ctypes.data,
-                  B_t.data.ptr, _R_16BF, K, A.data.ptr, _R_16BF, K, zero.ctypes.data,
-                  C.data.ptr, _R_16BF, N, _COMPUTE_32F, _GEMM_DEFAULT)
+    return 8 * max(K, 1) * EPS32 * rms(xp, ins["A"]) * rms(xp, ins["B_t"]) + 1e-30
 
 
 def cublas_baseline(ins, out, case):
@@ -238,7 +205,7 @@ def cublas_baseline(ins, out, case):
         from ..chapters.ch07 import cublas_bf16
         cublas_bf16(ins["A"], ins["B_t"], out)
         return
-    _gemm_ex_tn(ins["A"], ins["B_t"], out)
+    gemm_ex_bf16(ins["A"], ins["B_t"], out, b_transposed=True)
 
 
 def _gemm_launch(k, ins, out, case, ctx):

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import shutil
 import traceback
 import types
@@ -37,7 +36,7 @@ from ..errors import KernelCompileError
 from ..measure.ceilings import datasheet_for
 from ..measure import bf16
 from ..measure.checks import CHUNK, PAD_BYTES, GuardedOutput, compare
-from ..measure.compile import arch_options, load_module
+from ..measure.compile import arch_options, load_module, no_such_kernel
 from ..measure.timing import L2Flusher, bench, summarize, time_copy
 from . import tasks as T
 from .messages import CaseDone, CompileFailed, Done, Fault, GraderError, SpeedDone, Stage, Unsupported
@@ -207,9 +206,7 @@ def load(source: str, name: str, cuda_errors, options=()):
         raise _LoadFailed(str(e)) from None
     except cuda_errors as e:
         if "NOT_FOUND" in str(e):
-            found = re.findall(r"__global__\s+void\s+(\w+)", source)
-            raise _LoadFailed(f"no kernel named '{name}' in the source (found: {', '.join(found) or 'none'}); "
-                              'declare it as extern "C" __global__ void ...') from None
+            raise _LoadFailed(no_such_kernel(name, source)) from None
         raise _LoadFailed(f"the CUDA driver could not load the compiled module: {e} (a __device__ array larger "
                           "than the GPU's free memory?)") from None
     except (UnicodeError, ValueError) as e:

@@ -154,6 +154,23 @@ def kernel(path: str, name: str, options: tuple = ()):
     return load_kernel(path, name, options)
 
 
+# `__global__ void [__launch_bounds__(T, (BN == 128 ? 2 : 1))] [CLUSTER_ATTR] name(`: the name is the word before
+# the parameter list, past launch bounds with nested parentheses and attribute macros
+KERNEL_NAME = re.compile(r"__global__\s+(?:void\s+)?(?:__launch_bounds__\s*\((?:[^()]|\([^()]*\))*\)\s*)?"
+                         r"(?:void\s+)?(?:[A-Z_][A-Z0-9_]*\s+)*(\w+)\s*\(")
+
+
+def kernel_names(source: str) -> list[str]:
+    """The names of the `__global__` functions a CUDA source defines, in order."""
+    return KERNEL_NAME.findall(source)
+
+
+def no_such_kernel(name: str, source: str) -> str:
+    """The message for a kernel name the source does not define, naming those it does."""
+    return (f"no kernel named '{name}' in the source (found: {', '.join(kernel_names(source)) or 'none'}); "
+            'declare it as extern "C" __global__ void ...')
+
+
 @functools.lru_cache(maxsize=512)
 def _load_kernel(source: str, src_name: str, name: str, options: tuple):
     mod = _load_module(source, src_name, options, None)
@@ -163,10 +180,7 @@ def _load_kernel(source: str, src_name: str, name: str, options: tuple):
     except CUDADriverError as e:
         if "NOT_FOUND" not in str(e):     # the driver could not load the module at all: say so, not "no kernel"
             raise KernelCompileError(f"the compiled module could not be loaded by the driver: {e}") from None
-        names = re.findall(r'__global__\s+(?:void\s+)?(?:__launch_bounds__\([^)]*\)\s+)?(?:void\s+)?(\w+)\s*\(', source)
-        raise KernelCompileError(
-            f"no kernel named '{name}' in the source (found: {', '.join(names) or 'none'}); "
-            "declare it as extern \"C\" __global__ void ...") from None
+        raise KernelCompileError(no_such_kernel(name, source)) from None
 
 
 # ---------------------------------------------------------------------------- CPU path (NVRTC alone)
@@ -269,17 +283,18 @@ def _nvrtc_compile(source: str, name: str, opts: list[str]) -> tuple[bool, str]:
     return ok, log
 
 
+def hopper_only(source: str) -> bool:
+    """Whether a source is marked Hopper-only in its header: `// requires: sm_90a`."""
+    return re.search(r"//\s*requires:\s*sm_90a", source) is not None
+
+
 def arch_options(source: str) -> tuple[str, ...]:
     """-arch for CuPy's compile of `source` on this GPU: sm_90a for a Hopper-only file (wgmma, setmaxnreg
     and TMA multicast exist only in the "a" target, which CuPy never picks by itself), else CuPy's own."""
-    if re.search(r"//\s*requires:\s*sm_90a", source):
-        return ("-arch=sm_90a",)
-    return ()
+    return ("-arch=sm_90a",) if hopper_only(source) else ()
 
 
 def target_archs(source: str) -> tuple[str, ...]:
-    """Architectures a kernel file must compile for: sm_90a only for Hopper-only files (marked in
-    their header with `// requires: sm_90a`), otherwise sm_80 and sm_90."""
-    if re.search(r"//\s*requires:\s*sm_90a", source):
-        return ("sm_90a",)
-    return ("sm_80", "sm_90")
+    """Architectures a kernel file must compile for: sm_90a only for Hopper-only files, otherwise sm_80
+    and sm_90."""
+    return ("sm_90a",) if hopper_only(source) else ("sm_80", "sm_90")

@@ -87,25 +87,18 @@ class L2Flusher:
 _flusher = None
 
 
-def bench(fn: Callable, *, inputs: Sequence[tuple] | None = None, warmup_ms: float = 25.0,
-          reps: int | None = None, max_reps: int = 200, target_ms: float = 300.0,
-          flush_l2: bool = True) -> Timing:
-    """Median time of `fn()` (or `fn(*inputs[i % len(inputs)])`, rotating input sets) in milliseconds.
-
-    Each run is bracketed by its own pair of CUDA events on the current stream; the L2 is flushed before
-    each run unless `flush_l2=False` (then rotate `inputs` whose total size is several times the L2).
-    The repetition count fits `target_ms` of kernel time, between 10 and `max_reps`, unless given.
-    """
-    import cupy as cp
+def _l2_flusher() -> L2Flusher:
+    """The process's one L2 flusher (its buffer is twice the L2), made on first use."""
     global _flusher
-    if os.environ.get("LABKIT_PROFILE"):   # under a profiler: run once, the profiler does the timing
-        return _profiled_once(fn if inputs is None else (lambda: fn(*inputs[0])))
-    if flush_l2 and _flusher is None:
+    if _flusher is None:
         _flusher = L2Flusher()
-    call = (lambda i: fn()) if inputs is None else (lambda i: fn(*inputs[i % len(inputs)]))
-    stream = cp.cuda.get_current_stream()
+    return _flusher
 
-    # warm-up: module load, JIT, clocks ramping up; also gives a first estimate of one run's time
+
+def _warm_up(call: Callable, stream, warmup_ms: float) -> tuple[int, float]:
+    """Runs `call(i)` for i = 0, 1, ... until at least 3 runs and `warmup_ms` of kernel time (module load,
+    JIT, clocks ramping up); returns (runs made, ms per run), the latter a first estimate of one run."""
+    import cupy as cp
     start, end = cp.cuda.Event(), cp.cuda.Event()
     i, spent = 0, 0.0
     while True:
@@ -116,15 +109,33 @@ def bench(fn: Callable, *, inputs: Sequence[tuple] | None = None, warmup_ms: flo
         spent += cp.cuda.get_elapsed_time(start, end)
         i += 1
         if i >= 3 and spent >= warmup_ms or i >= 1000:
-            break
-    one = max(spent / i, 1e-4)
+            return i, max(spent / i, 1e-4)
+
+
+def bench(fn: Callable, *, inputs: Sequence[tuple] | None = None, warmup_ms: float = 25.0,
+          reps: int | None = None, max_reps: int = 200, target_ms: float = 300.0,
+          flush_l2: bool = True) -> Timing:
+    """Median time of `fn()` (or `fn(*inputs[i % len(inputs)])`, rotating input sets) in milliseconds.
+
+    Each run is bracketed by its own pair of CUDA events on the current stream; the L2 is flushed before
+    each run unless `flush_l2=False` (then rotate `inputs` whose total size is several times the L2).
+    The repetition count fits `target_ms` of kernel time, between 10 and `max_reps`, unless given.
+    """
+    import cupy as cp
+    if os.environ.get("LABKIT_PROFILE"):   # under a profiler: run once, the profiler does the timing
+        return _profiled_once(fn if inputs is None else (lambda: fn(*inputs[0])))
+    flush = _l2_flusher() if flush_l2 else None
+    call = (lambda i: fn()) if inputs is None else (lambda i: fn(*inputs[i % len(inputs)]))
+    stream = cp.cuda.get_current_stream()
+
+    i, one = _warm_up(call, stream, warmup_ms)
     if reps is None:
         reps = int(min(max_reps, max(10, target_ms / one)))
 
     events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(reps)]
     for k, (s, e) in enumerate(events):
-        if flush_l2:
-            _flusher()
+        if flush:
+            flush()
         s.record(stream)
         call(i + k)
         e.record(stream)
@@ -143,33 +154,18 @@ def bench_interleaved(fns: dict, *, warmup_ms: float = 25.0, reps: int | None = 
     drift, so their ratio is fair. Returns {name: Timing} in the order of `fns`; the repetition count fits
     `target_ms` of the functions' summed time, between 10 and `max_reps`, unless given."""
     import cupy as cp
-    global _flusher
     if os.environ.get("LABKIT_PROFILE"):
         return {name: _profiled_once(fn) for name, fn in fns.items()}
-    if flush_l2 and _flusher is None:
-        _flusher = L2Flusher()
+    flush = _l2_flusher() if flush_l2 else None
     stream = cp.cuda.get_current_stream()
-    one = 0.0
-    for fn in fns.values():                   # warm-up of each, and a first estimate of one round's time
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        i, spent = 0, 0.0
-        while True:
-            start.record(stream)
-            fn()
-            end.record(stream)
-            end.synchronize()
-            spent += cp.cuda.get_elapsed_time(start, end)
-            i += 1
-            if i >= 3 and spent >= warmup_ms or i >= 1000:
-                break
-        one += max(spent / i, 1e-4)
+    one = sum(_warm_up(lambda i, fn=fn: fn(), stream, warmup_ms)[1] for fn in fns.values())   # one round
     if reps is None:
         reps = int(min(max_reps, max(10, target_ms / one)))
     events = {name: [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(reps)] for name in fns}
     for k in range(reps):
         for name, fn in fns.items():
-            if flush_l2:
-                _flusher()
+            if flush:
+                flush()
             s, e = events[name][k]
             s.record(stream)
             fn()

@@ -12,7 +12,6 @@ import csv
 import io
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import tempfile
 
 from .. import chapters as chapter_modules
 from ..measure import ceilings
+from ..measure.compile import kernel_names as source_kernel_names
 from ..measure.context import Context
 from ..measure.device import gpu_info, now_iso
 from ..measure.timing import PROFILE_MARKER
@@ -48,15 +48,10 @@ METRICS = {  # ncu metric -> column shown in the book
 }
 
 
-# `__global__ void [__launch_bounds__(T, (BN == 128 ? 2 : 1))] [CLUSTER_ATTR] name(`: the name is the word before
-# the parameter list, past launch bounds with nested parentheses and attribute macros
-KERNEL_NAME = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\((?:[^()]|\([^()]*\))*\)\s*)?(?:[A-Z_][A-Z0-9_]*\s+)*(\w+)\s*\(")
-
-
 def kernel_names(chapter: str) -> set[str]:
     names = set()
     for f in chapter_dir(KERNELS, chapter).glob("*.cu"):
-        names.update(KERNEL_NAME.findall(f.read_text()))
+        names.update(source_kernel_names(f.read_text()))
     return names
 
 
