@@ -24,12 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import re
-import shutil
-import subprocess
-import tempfile
-from pathlib import Path
 
 import numpy as np
 
@@ -39,7 +34,7 @@ from ..measure.checks import GuardedOutput, expect
 from ..measure.compile import kernel, load_module
 from ..measure.tensormap import tensor_map
 from ..measure.timing import bench, bench_interleaved, pooled
-from .ch06 import BF16_RTOL, agree, rms, as_torch_bf16, random_bf16, tolerance
+from .ch06 import agree, random_bf16, tolerance
 
 WGMMA_PROBE = "07-gemm-hopper/00_wgmma_probe.cu"
 
@@ -225,7 +220,7 @@ def check_all(ctx, names=None) -> None:
 def cublas_bf16(A, B_t, C) -> None:
     """C = A @ B_t^T through cuBLAS (torch.matmul on zero-copy bf16 views: the TN GEMM nn.Linear runs)."""
     import torch
-    torch.matmul(as_torch_bf16(A), as_torch_bf16(B_t).t(), out=as_torch_bf16(C))
+    torch.matmul(bf16.as_torch(A), bf16.as_torch(B_t).t(), out=bf16.as_torch(C))
 
 
 def check_cublas(ctx, M=1000, N=1000, K=1008) -> None:
@@ -239,58 +234,10 @@ def check_cublas(ctx, M=1000, N=1000, K=1008) -> None:
 
 # ------------------------------------------------------------------------------------------------ SASS
 
-def _fix_cubin(b: bytes) -> bytes:
-    """Some CuPy versions return NVRTC's CUBIN cut at its first NUL run (as a C string): pad the ELF image
-    back to the end of its header tables so cuobjdump can read it."""
-    import struct
-    b = bytearray(b)
-    if len(b) >= 64 and b[:4] == b"\x7fELF":
-        phoff, shoff = struct.unpack_from("<QQ", b, 0x20)
-        phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", b, 0x36)
-        need = max(phoff + phentsize * phnum, shoff + shentsize * shnum)
-        b += b"\0" * max(0, need - len(b))
-    return bytes(b)
-
-
-def cuda_tool(name: str) -> str:
-    """A CUDA binary (cuobjdump, nvdisasm): on PATH, in the CUDA toolkit, or from its nvidia-cuda-* wheel."""
-    found = shutil.which(name)
-    if found:
-        return found
-    if Path("/usr/local/cuda/bin", name).exists():
-        return str(Path("/usr/local/cuda/bin", name))
-    try:
-        import nvidia
-        for base in nvidia.__path__:
-            for p in Path(base).glob(f"*/bin/{name}"):
-                return str(p)
-    except ImportError:
-        pass
-    raise FileNotFoundError(f"{name} not found (install the CUDA toolkit or `pip install nvidia-cuda-{name}`)")
-
-
 def sass(rung: Rung) -> str:
     """The SASS of one rung, compiled by NVRTC for sm_90a (no GPU needed) and disassembled by cuobjdump."""
-    from cupy.cuda import nvrtc
-
-    from ..measure.compile import STD_OPTIONS, course_include_options, nvrtc_no_cache, read_source
-    source, name = read_source(rung.path)
-    prog = nvrtc.createProgram(source, name, [], [])
-    try:
-        nvrtc.compileProgram(prog, ["-arch=sm_90a", *STD_OPTIONS, *nvrtc_no_cache(), *course_include_options(),
-                                    *options(rung.macros)])
-        cubin = _fix_cubin(nvrtc.getCUBIN(prog))
-    finally:
-        nvrtc.destroyProgram(prog)
-    with tempfile.TemporaryDirectory() as d:
-        p = Path(d, "k.cubin")
-        p.write_bytes(cubin)
-        env = dict(os.environ, NVDISASM_PATH=str(Path(cuda_tool("nvdisasm")).parent))   # cuobjdump runs it
-        run = subprocess.run([cuda_tool("cuobjdump"), "-sass", str(p)], capture_output=True, text=True,
-                             timeout=120, env=env)
-        if run.returncode or "HGMMA" not in run.stdout and "Function" not in run.stdout:
-            raise RuntimeError(f"cuobjdump -sass failed on {rung.path}: {run.stderr.strip()[:300]}")
-        return run.stdout
+    from ..measure.compile import sass as compile_sass
+    return compile_sass(rung.path, "sm_90a", options(rung.macros))
 
 
 def sass_counts(text: str) -> dict[str, int]:
