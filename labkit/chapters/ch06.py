@@ -353,17 +353,10 @@ def check_all(ctx, names=None) -> None:
 
 # ------------------------------------------------------------------------------------------ cuBLAS
 
-def as_torch_bf16(a):
-    """A torch bf16 view (zero copy) of a CuPy uint16 array of bf16 bit patterns."""
-    import cupy as cp
-    import torch
-    return torch.from_dlpack(a.view(cp.int16)).view(torch.bfloat16)
-
-
 def cublas_bf16(A, B, C) -> None:
     """C = A @ B through cuBLAS in bf16 (torch.matmul on zero-copy views; fp32 accumulation)."""
     import torch
-    torch.matmul(as_torch_bf16(A), as_torch_bf16(B), out=as_torch_bf16(C))
+    torch.matmul(bf16.as_torch(A), bf16.as_torch(B), out=bf16.as_torch(C))
 
 
 def check_cublas(ctx, M=1000, N=1000, K=1008) -> None:

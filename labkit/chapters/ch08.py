@@ -297,8 +297,7 @@ SDPA_BACKENDS = {"sdpa_flash": "FLASH_ATTENTION", "sdpa_cudnn": "CUDNN_ATTENTION
 
 
 def _torch_views(Q, K, V, O):
-    from .ch06 import as_torch_bf16
-    return tuple(as_torch_bf16(x) for x in (Q, K, V, O))
+    return tuple(bf16.as_torch(x) for x in (Q, K, V, O))
 
 
 def sdpa(backend: str, Q, K, V, O, causal: bool):

@@ -601,8 +601,7 @@ def check_all(ctx, names=None) -> None:
 # ------------------------------------------------------------------------------------ baselines
 
 def _torch(a):
-    from .ch06 import as_torch_bf16
-    return as_torch_bf16(a)
+    return bf16.as_torch(a)
 
 
 def sdpa_contiguous(q, K, V):
