@@ -249,9 +249,7 @@ def parse_ptxas(log: str, arch: str) -> PtxasReport:
 def compile_check(path_or_source, arch: str = "sm_90", options=()) -> PtxasReport:
     """Compile for `arch` with NVRTC (no GPU needed) and return ptxas' resource report."""
     source, name = read_source(path_or_source)
-    opts = [f"-arch={arch}", "-Xptxas=-v", *STD_OPTIONS, *nvrtc_no_cache(), *course_include_options(),
-            *options]
-    ok, log = _nvrtc_compile(source, name, opts)
+    ok, log = _nvrtc_compile(source, name, ["-Xptxas=-v", *_nvrtc_options(arch, options)])
     if not ok:
         raise KernelCompileError(format_compile_error(log, source, name))
     report = parse_ptxas(log, arch)
@@ -259,6 +257,12 @@ def compile_check(path_or_source, arch: str = "sm_90", options=()) -> PtxasRepor
         raise KernelCompileError(f"{name} [{arch}]: ptxas serialised wgmma, which quietly costs 2-3x: "
                                  + "; ".join(report.wgmma_serialized))
     return report
+
+
+def _nvrtc_options(arch: str, options=()) -> list[str]:
+    """NVRTC's options for a no-GPU compile for `arch`: the course's standard ones, a real compile (not one
+    served from NVRTC's disk cache), the course's and CUDA's headers, then the caller's."""
+    return [f"-arch={arch}", *STD_OPTIONS, *nvrtc_no_cache(), *course_include_options(), *options]
 
 
 @functools.lru_cache(maxsize=1)
@@ -336,8 +340,7 @@ def sass(path_or_source, arch: str = "sm_90a", options=()) -> str:
     prog = nvrtc.createProgram(source, name, [], [])
     try:
         try:
-            nvrtc.compileProgram(prog, [f"-arch={arch}", *STD_OPTIONS, *nvrtc_no_cache(), *course_include_options(),
-                                        *options])
+            nvrtc.compileProgram(prog, _nvrtc_options(arch, options))
         except nvrtc.NVRTCError:
             raise KernelCompileError(format_compile_error(nvrtc.getProgramLog(prog).rstrip("\x00"), source,
                                                           name)) from None
