@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from labkit.chapters import ch06
+from labkit.measure import compile
 
 
 @pytest.mark.parametrize("which", ["A", "B", "C"])
@@ -119,7 +120,7 @@ def test_a_build_needing_more_shared_memory_than_the_gpu_has_is_refused_by_name(
     import cupy as cp
     from labkit.errors import KernelInputError
     from labkit.measure.context import Context
-    monkeypatch.setattr(ch06, "max_dynamic_smem", lambda: 99 * 1024)
+    monkeypatch.setattr(compile, "max_dynamic_smem", lambda: 99 * 1024)
     ch06._kernel.cache_clear()
     try:
         A, B, C = ch06.random_bf16((256, 64)), ch06.random_bf16((64, 256)), cp.empty((256, 256), dtype=cp.uint16)

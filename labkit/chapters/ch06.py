@@ -27,7 +27,7 @@ import numpy as np
 from ..errors import CheckFailed, KernelInputError
 from ..measure import bf16
 from ..measure.checks import GuardedOutput, expect
-from ..measure.compile import kernel, load_module
+from ..measure.compile import kernel, load_module, opt_in_shared_memory
 from ..measure.timing import bench, bench_interleaved, pooled
 
 WMMA = "06-gemm-tensor-cores/01_wmma.cu"
@@ -124,15 +124,8 @@ def geometry(path: str, macros: tuple = ()) -> Geometry:
 @functools.lru_cache(maxsize=None)
 def _kernel(path: str, function: str, macros: tuple):
     require_tensor_cores()
-    smem = geometry(path, macros).smem
-    most = max_dynamic_smem()
-    if smem > most:
-        raise KernelInputError(f"{path} with {dict(macros) or 'its defaults'} needs {smem:,} bytes of shared memory "
-                               f"per block; this GPU allows {most:,} (227 KB on H100/H200 and A100, 99 KB on sm_86/sm_89)")
-    k = kernel(path, function, options(macros))
-    if smem > 48 * 1024:                 # above 48 KB a kernel must opt in to its dynamic shared memory
-        k.max_dynamic_shared_size_bytes = smem
-    return k
+    return opt_in_shared_memory(kernel(path, function, options(macros)), geometry(path, macros).smem,
+                                f"{path} with {dict(macros) or 'its defaults'}")
 
 
 def require_tensor_cores() -> None:
@@ -146,14 +139,9 @@ def require_tensor_cores() -> None:
 
 
 @functools.lru_cache(maxsize=1)
-def max_dynamic_smem() -> int:
-    """The most dynamic shared memory one block of this GPU may opt in to, in bytes."""
-    import cupy as cp
-    return int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["sharedMemPerBlockOptin"])
-
-
 def fits_this_gpu(rung: Rung) -> bool:
-    return geometry(rung.path, rung.macros).smem <= max_dynamic_smem()
+    from ..measure import compile as nvrtc      # looked up at call time: tests stand in a smaller GPU
+    return geometry(rung.path, rung.macros).smem <= nvrtc.max_dynamic_smem()
 
 
 def _rung(version: str, rung: Rung | None) -> Rung:

@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import CheckFailed, KernelInputError
 from ..measure import bf16
 from ..measure.checks import GuardedOutput, expect
-from ..measure.compile import kernel, load_module
+from ..measure.compile import kernel, load_module, opt_in_shared_memory
 from ..measure.tensormap import tensor_map
 from ..measure.timing import bench, bench_interleaved, pooled
 from .ch06 import agree, random_bf16, tolerance
@@ -134,9 +134,8 @@ def geometry(path: str, macros: tuple = ()) -> Geometry:
 
 @functools.lru_cache(maxsize=None)
 def _kernel(path: str, function: str, macros: tuple):
-    k = kernel(path, function, options(macros))
-    k.max_dynamic_shared_size_bytes = geometry(path, macros).smem
-    return k
+    return opt_in_shared_memory(kernel(path, function, options(macros)), geometry(path, macros).smem,
+                                f"{path} with {dict(macros) or 'its defaults'}")
 
 
 def check_operands(A, B_t, C) -> tuple[int, int, int]:

@@ -33,7 +33,7 @@ import numpy as np
 from ..errors import CheckFailed, KernelInputError
 from ..measure import bf16
 from ..measure.checks import GuardedOutput, expect
-from ..measure.compile import compile_check, kernel, load_module
+from ..measure.compile import compile_check, kernel, load_module, opt_in_shared_memory
 from ..measure.timing import bench, bench_interleaved, pooled
 
 OP = "decode_attention"
@@ -118,11 +118,8 @@ def geometry(path: str, macros: tuple) -> Geometry:
 
 @functools.lru_cache(maxsize=None)
 def _kernel(path: str, function: str, macros: tuple):
-    k = kernel(path, function, options(macros))
-    smem = geometry(path, macros).smem
-    if smem > 48 * 1024:
-        k.max_dynamic_shared_size_bytes = smem
-    return k
+    return opt_in_shared_memory(kernel(path, function, options(macros)), geometry(path, macros).smem,
+                                f"{path} with {dict(macros) or 'its defaults'}")
 
 
 def compile_report(rung: Rung, arch: str, group: int = 8, head_dim: int = 128, **macros):

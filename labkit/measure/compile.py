@@ -155,6 +155,25 @@ def kernel(path: str, name: str, options: tuple = ()):
     return load_kernel(path, name, options)
 
 
+def max_dynamic_smem() -> int:
+    """The most dynamic shared memory one block of this GPU may opt in to, in bytes."""
+    import cupy as cp
+    return int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["sharedMemPerBlockOptin"])
+
+
+def opt_in_shared_memory(k, smem: int, what: str):
+    """`k` allowed `smem` bytes of dynamic shared memory (above 48 KB a kernel must opt in), or a clear
+    error naming `what` when this GPU has less than that per block."""
+    from ..errors import KernelInputError
+    most = max_dynamic_smem()
+    if smem > most:
+        raise KernelInputError(f"{what} needs {smem:,} bytes of shared memory per block; this GPU allows "
+                               f"{most:,} (227 KB on H100/H200 and A100, 99 KB on sm_86/sm_89)")
+    if smem > 48 * 1024:
+        k.max_dynamic_shared_size_bytes = smem
+    return k
+
+
 # `__global__ void [__launch_bounds__(T, (BN == 128 ? 2 : 1))] [CLUSTER_ATTR] name(`: the name is the word before
 # the parameter list, past launch bounds with nested parentheses and attribute macros
 KERNEL_NAME = re.compile(r"__global__\s+(?:void\s+)?(?:__launch_bounds__\s*\((?:[^()]|\([^()]*\))*\)\s*)?"
