@@ -31,7 +31,7 @@ CHILD_TIMEOUT_S = 60
 GUARD_S = 85
 WGMMA_ROOF = 947.0
 PINGPONG = ("07-gemm-hopper/08_pingpong.cu", "gemm_pingpong")
-VARIANTS = ((("BM", 64), ("BN", 256)), (("STAGES", 4),), (("STAGES", 7),), (("IN_FLIGHT", 0),))
+VARIANTS = ((("BM", 64), ("BN", 256), ("STAGES", 5)), (("STAGES", 4),), (("STAGES", 7),), (("IN_FLIGHT", 0),))
 SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192), (8192, 28672, 8192))
 
 
