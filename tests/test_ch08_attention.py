@@ -110,14 +110,15 @@ def test_each_rung_on_the_irregular_shapes(name):
 
 @pytest.mark.gpu
 def test_the_default_rung_matches_the_reference_with_planted_large_scores():
-    """A query aligned with one key (a score of ~40 after scaling): exp without the running max overflows."""
+    """A query aligned with an earlier key (a score of ~45 after scaling, seen by causal rows too): exp without
+    the running max overflows."""
     import cupy as cp
     from labkit.measure import bf16
     B, H, S, d = 1, 2, 333, 128
     Q, K, V = ch08.random_qkv(B, H, S, d)
     q = bf16.from_bits(Q)
     k = bf16.from_bits(K)
-    k[0, 1, 200] = q[0, 1, 50] * 4
+    k[0, 1, 20] = q[0, 1, 50] * 4
     K = bf16.to_bits(k)
     for causal in (False, True):
         O = cp.full((B, H, S, d), 0x7FC0, dtype=cp.uint16)

@@ -281,8 +281,10 @@ def tile_wrong(kind: str) -> str:
         return _edit(s, "        for (int i = 0; i < 32; ++i) o[i] *= alpha;\n", "")
     if kind == "no_mask":            # the causal mask ignored (the key range still ends at the block's last row)
         return _edit(s, "(key >= S || (causal && key > row))", "(key >= S)")
-    if kind == "no_max":             # p = 2^s: overflows on the planted key
-        return _edit(s, "const float base = m_new == NEG_INF ? 0.f : m_new;", "const float base = 0.f;")
+    if kind == "no_max":             # p = 2^s, no running max at all (consistently): overflows on the planted key
+        s = _edit(s, "const float base = m_new == NEG_INF ? 0.f : m_new;", "const float base = 0.f;")
+        s = _edit(s, "const float alpha = exp2f(m - base);", "const float alpha = 1.f;")
+        return _edit(s, "LSE[row] = (m + log2f(l)) * LN2;", "LSE[row] = log2f(l) * LN2;")
     if kind in ("reverse", "reverse_nan"):   # every key tile, last to first: rows meet all-masked tiles first
         s = _edit(s, "const int n_end = causal ? min(S, (int)blockIdx.x * ROWS + ROWS) : S;", "const int n_end = S;")
         s = _edit(s, "for (int n0 = 0; n0 < n_end; n0 += KT)", "for (int n0 = (n_end - 1) / KT * KT; n0 >= 0; n0 -= KT)")
