@@ -46,6 +46,13 @@
 // the roof, 0.95-1.1x SDPA flash at 364: about FlashAttention-2's tiling, 128 x 64 with 4 warps,
 // without its per-tile rescale), causal 320-370 (0.95-1.1x of 336); d=64: 280-330 (0.9-1.05x of 312; twice
 // the softmax work per FLOP, where 04/05 reached 0.93x).
+//
+// Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "attention_fwd"):
+//   wide_warps at 16x16x4096x128x0: 5.6369 ms, 390.1 TFLOP/s, 61.3% of mma, 1.13x SDPA flash
+//   wide_warps at 16x16x4096x128x1: 3.1546 ms, 348.5 TFLOP/s, 54.7% of mma, 1.12x SDPA flash
+//   wide_warps at 16x16x4096x64x0: 3.0089 ms, 365.4 TFLOP/s, 57.4% of mma, 1.20x SDPA flash
+//   wide_warps at 16x16x4096x64x1: 1.6753 ms, 328.2 TFLOP/s, 51.5% of mma, 1.17x SDPA flash
+//   wide_warps at 1x16x16384x128x0: 5.6907 ms, 386.4 TFLOP/s, 60.7% of mma, 1.13x SDPA flash
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
 #endif

@@ -63,6 +63,13 @@
 // per FLOP doubles: MUFU ~90% of the MMA time). OVERLAP=0: 15-25% slower. If it lands below 500, the
 // first suspects are the missing inter-warpgroup ping-pong (FA3: +5-10%) and the direct O stores.
 //
+// Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "attention_fwd"):
+//   wgmma at 16x16x4096x128x0: 3.7478 ms, 586.7 TFLOP/s, 62.4% of wgmma, 1.86x SDPA flash
+//   wgmma at 16x16x4096x128x1: 2.0397 ms, 539.1 TFLOP/s, 57.4% of wgmma, 1.79x SDPA flash
+//   wgmma at 16x16x4096x64x0: 3.5340 ms, 311.1 TFLOP/s, 33.1% of wgmma, 1.02x SDPA flash
+//   wgmma at 16x16x4096x64x1: 1.9197 ms, 286.4 TFLOP/s, 30.5% of wgmma, 1.01x SDPA flash
+//   wgmma at 1x16x16384x128x0: 3.4332 ms, 640.5 TFLOP/s, 68.2% of wgmma, 1.95x SDPA flash
+//
 // requires: sm_90a
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
