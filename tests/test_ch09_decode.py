@@ -1,6 +1,7 @@
 """Chapter 09 (decode attention): the byte and FLOP arithmetic, the split ranges, the fp64 reference and the merge
 of partial states on tiny NumPy cases, the input checks' messages, every rung compiling without spills; on a
-GPU, every rung on the irregular cases and an empty split merging as nothing."""
+GPU, every rung on the irregular cases and an empty split merging as nothing, and rung 05's counters: zero after
+every launch, so that launches repeat bit for bit, and its block-table window moving along a long split."""
 import math
 import re
 
@@ -26,6 +27,7 @@ def test_bytes_flops_and_floor_of_the_issue_shapes():
     assert ch09.shape_key(64, 32, 4, 32768, 128, 16) == ch09.HEADLINE[ch09.OP]
     assert ch09.workspace_bytes(1, 32, 128, 64) == 32 * 64 * 129 * 4
     assert ch09.workspace_bytes(1, 32, 128, 1) == 0
+    assert ch09.workspace_bytes(1, 32, 128, 33, Hkv=4) == 32 * 33 * 129 * 4 + 4 * 4      # rung 05's counters
 
 
 def test_default_split_count_fills_the_gpu_without_tiny_chunks():
@@ -35,6 +37,31 @@ def test_default_split_count_fills_the_gpu_without_tiny_chunks():
     assert ch09.default_nsplit(1, 1, 10 ** 7, 132) == 264
     assert ch09.default_nsplit(1, 1, 10 ** 9, 10 ** 4) == ch09.MAX_SPLITS
     assert ch09.default_nsplit(1000, 8, 5, 132) == 1
+    # one block per SM (rung 05): 33 x 4 = 132 blocks at batch 1, every SM busy; at most its 256 splits
+    fused = ch09.rungs()["fused_merge"]
+    assert ch09.default_nsplit(1, 4, 32768, 132, fused.per_sm, fused.max_splits) == 33
+    assert ch09.default_nsplit(64, 4, 32768, 132, fused.per_sm, fused.max_splits) == 1
+    assert ch09.default_nsplit(1, 1, 10 ** 9, 10 ** 4, fused.per_sm, fused.max_splits) == 256
+    assert ch09.default_nsplit(1, 4, 1000, 132, fused.per_sm, fused.max_splits) == 2
+
+
+def test_33_splits_of_16_keys_fill_132_sms_where_64_keys_leave_one_empty():
+    ranges = [ch09.split_range(32768, 33, s, align=16) for s in range(33)]
+    assert all(k1 > k0 for k0, k1 in ranges) and max(k1 - k0 for k0, k1 in ranges) == 1008
+    assert ranges[-1] == (32 * 1008, 32768)
+    assert ch09.split_range(32768, 33, 32) == (32768, 32768)         # 64-key chunks: 32 x 1024, the last empty
+
+
+def test_the_rungs_split_constants_are_the_files():
+    from labkit.paths import KERNELS
+    for r in ch09.RUNGS:
+        if not r.splits:
+            continue
+        src = (KERNELS / r.path).read_text()
+        assert re.search(rf"#define SPLIT_ALIGN {r.split_align}\b", src), r.name
+        if r.fused:
+            assert re.search(rf"#define MERGE_MAX_SPLITS {r.max_splits}\b", src), r.name
+            assert "decode_merge" not in src and "int* __restrict__ counters" in src
 
 
 @pytest.mark.parametrize("n, ns", [(0, 1), (1, 16), (7, 3), (64, 2), (65, 2), (4097, 16), (32768, 64), (1000, 1024)])
@@ -264,11 +291,34 @@ def test_every_rung_compiles_without_spills_for_every_group_and_head_dim(name, a
     for G, d in ch09.CHECK_GD:
         rep = ch09.compile_report(rung, arch, G, d)
         assert rung.function in rep.functions, f"{name} G{G} d{d} [{arch}]: {list(rep.functions)}"
-        if rung.splits:
-            assert "decode_merge" in rep.functions
+        assert ("decode_merge" in rep.functions) == rung.merge, f"{name}: {list(rep.functions)}"
         for fn in rep.functions.values():
             assert fn.spills == 0, f"{name} G{G} d{d} [{arch}] {fn.name} spills {fn.spill_stores}/{fn.spill_loads}"
             assert 0 < fn.registers <= 255
+
+
+@pytest.mark.parametrize("mode", [[], ["--batch1"]])
+def test_the_h200_sweep_runs_its_own_logic_on_the_cpu(mode, tmp_path):
+    """The sweep script's CPU stand-in (DEC09_SMOKE=1): children, checks, rung 05's repeat check and counters, the
+    split-only timing, the JSON; its figures mean nothing."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from labkit.paths import KERNELS
+    script = KERNELS.parent / "labs" / "results" / "logs" / "2026-12-01" / "decode-attention-sweep.py"
+    run = subprocess.run([sys.executable, str(script), *mode, str(tmp_path)], capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ, DEC09_SMOKE="1"))
+    assert run.returncode == 0 and "\n0 errors;" in run.stdout, run.stdout[-3000:] + run.stderr[-3000:]
+    res = json.loads((tmp_path / ("decode-attention-batch1.json" if mode else "decode-attention.json")).read_text())
+    assert all(r.get("ok") for r in res["preflight"].values())
+    fused = [r for r in res["ladder"] if r["kernel"].startswith("fused_merge[")]
+    assert fused and all(r["ok"] for r in fused)
+    assert all(c.get("repeat_ok") for lab, r in res["preflight"].items() if lab.startswith("fused_merge")
+               for c in r["checks"])
+    if mode:
+        assert res["merge_cost"] and any(r.get("split_only") for r in res["ladder"])
+        assert {33, 3} & {r["nsplit"] for r in fused}
 
 
 # --------------------------------------------------------------------------------------- GPU
@@ -291,7 +341,7 @@ def test_each_rung_on_the_irregular_cases(name):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["split_kv", "paged", "paged_mma"])
+@pytest.mark.parametrize("name", ["split_kv", "paged", "paged_mma", "fused_merge"])
 def test_an_empty_split_merges_as_nothing_on_the_gpu(name):
     """Seven keys in 16 splits: splits 1..15 are empty (lse -inf, o 0 in the workspace), and the merged output
     and LSE are bit for bit those of one split."""
@@ -308,3 +358,77 @@ def test_an_empty_split_merges_as_nothing_on_the_gpu(name):
     assert np.isneginf(ws_l[1]).all()                       # the empty sequence: every split empty
     assert (o16.values()[1] == 0).all() and np.isneginf(l16.values()[1]).all()
     assert ch09.mismatches(o16.values(), l16.values(), case.ref) == []
+
+
+def _fused_operands(case):
+    import cupy as cp
+    from labkit.measure.checks import GuardedOutput
+    B, Hq, Hkv, d = case.shape
+    out, lse = GuardedOutput((B, Hq, d), "bfloat16"), GuardedOutput((B, Hq), "float32")
+    ops = dict(q=cp.asarray(case.q), K=cp.asarray(case.Kp), V=cp.asarray(case.Vp), seq_lens=cp.asarray(case.lens),
+               out=out.array, lse=lse.array, block_table=cp.asarray(case.bt))
+    return ops, out, lse
+
+
+@pytest.mark.gpu
+def test_fused_merge_leaves_its_counters_zero_and_repeats_bit_for_bit():
+    """One counters array across launches and split counts: every launch finds it zero and leaves it zero (the
+    last split of each (sequence, KV head) resets it), so a second launch into poisoned outputs merges again and
+    writes the same bits; a counter left at nsplit would leave the outputs poisoned."""
+    import cupy as cp
+    rung = ch09.build(ch09.rungs()["fused_merge"], 8, 128)
+    case = ch09.make_case([0, 1, 7, 16, 33, 300, 1000, 2049, 4097], Hkv=2, G=8, d=128, page=16, seed=11)
+    B, Hq, Hkv, d = case.shape
+    ops, out, lse = _fused_operands(case)
+    counters = cp.zeros((B, Hkv), dtype=cp.int32)
+    for ns in (16, 3, 33, 16):
+        ws = (cp.empty((B, Hq, ns, d), cp.float32), cp.empty((B, Hq, ns), cp.float32), counters)
+        run = ch09.launcher(**ops, rung=rung, nsplit=ns, workspace=ws)
+        got = []
+        for _ in range(2):
+            out.poison()
+            lse.poison()
+            run()
+            cp.cuda.Device().synchronize()
+            assert out.problems() == [] and lse.problems() == [], f"nsplit {ns}"
+            assert int(cp.count_nonzero(counters)) == 0, f"nsplit {ns}: counters {counters.get().tolist()}"
+            got.append((out.array.get(), lse.array.get()))
+        assert np.array_equal(got[0][0], got[1][0]) and np.array_equal(got[0][1], got[1][1]), f"nsplit {ns}"
+        assert ch09.mismatches(out.values(), lse.values(), case.ref) == [], f"nsplit {ns}"
+    run = ch09.launcher(**ops, rung=rung, nsplit=16)          # counters of its own, zeroed once and kept
+    for _ in range(3):
+        out.poison()
+        run()
+        cp.cuda.Device().synchronize()
+        assert out.problems() == [] and np.array_equal(out.array.get(), got[0][0])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("G, d", [(8, 128), (1, 64)])
+def test_fused_merge_moves_its_table_window_along_a_long_split(G, d):
+    """A 64-entry window (BT_PAGES = 64, the smallest a 64-key stage allows): 4097 keys in pages of 16 or 64 are
+    257 or 65 pages, so splits of 1 and 3 move their window while the ring runs."""
+    rung = ch09.build(ch09.rungs()["fused_merge"], G, d, BT_PAGES=64)
+    for lens, Hkv, page in (([4097], 2, 64), ([0, 1, 7, 16, 33, 300, 1000, 2049, 4097], 2, 16)):
+        case = ch09.make_case(lens, Hkv, G, d, page, seed=21)
+        for ns in (1, 3, 16):
+            o, l, wo, wl = ch09.run_case(rung, case, ns)
+            problems = o.problems() + l.problems() + (wo.problems() + wl.problems() if wo is not None else [])
+            assert problems == [], (page, ns, problems)
+            assert ch09.mismatches(o.values(), l.values(), case.ref) == [], (page, ns)
+
+
+@pytest.mark.gpu
+def test_fused_merge_refuses_what_its_kernel_cannot_take():
+    import cupy as cp
+    case = ch09.make_case([100, 5], Hkv=1, G=8, d=128, page=16, seed=2)
+    ops, _, _ = _fused_operands(case)
+    with pytest.raises(KernelInputError, match="nsplit = 257: an integer from 1 to 256 for rung fused_merge"):
+        ch09.launcher(**ops, version="fused_merge", nsplit=257)
+    ws = (cp.empty((2, 8, 4, 128), cp.float32), cp.empty((2, 8, 4), cp.float32))
+    with pytest.raises(KernelInputError, match=r"counters has shape \(1, 2\), expected \(2, 1\)"):
+        ch09.launcher(**ops, version="fused_merge", nsplit=4, workspace=ws + (cp.zeros((1, 2), cp.int32),))
+    with pytest.raises(KernelInputError, match="counters has dtype int64, expected int32"):
+        ch09.launcher(**ops, version="fused_merge", nsplit=4, workspace=ws + (cp.zeros((2, 1), cp.int64),))
+    with pytest.raises(KernelInputError, match=r"workspace: \(ws_o, ws_lse\), got 3 arrays"):
+        ch09.launcher(**ops, version="paged_mma", nsplit=4, workspace=ws + (cp.zeros((2, 1), cp.int32),))

@@ -63,9 +63,9 @@ static_assert(WARPS * GROUP * (HEAD_DIM + 2) * 4 <= SMEM_BYTES - Q_BYTES,
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory: 227 KB per block at most");
 
 #include "common/smem_addr.cuh"      // smem_u32
-#include "common/flash_mma.cuh"      // fa_load_tile, fa_load_q, fa_qk, fa_pv, fa_quad_max, fa_quad_sum
+#include "common/flash_mma.cuh"      // fa_load_tile, fa_load_q
 #include "common/decode_attn.cuh"    // dec_split_range, dec_finish, dec_merge_body
-#include "common/decode_paged.cuh"   // dec_paged_ring
+#include "common/decode_paged.cuh"   // dec_paged_ring, dec_mma_keys, dec_mma_states
 
 extern "C" __global__ void __launch_bounds__(NTHREADS)
 decode_paged_mma(const bf16_t* __restrict__ q, const bf16_t* __restrict__ K, const bf16_t* __restrict__ V,
@@ -105,54 +105,13 @@ decode_paged_mma(const bf16_t* __restrict__ q, const bf16_t* __restrict__ K, con
             const int n0 = kb + warp * WKEYS;                          // this warp's first key
             if (n0 >= k1) return;                                   // warp-uniform
             const unsigned off = warp * WKEYS * HEAD_DIM * 2;       // WKEYS % 8 == 0: swizzle intact
-            float s[WKEYS / 8][4];
-            fa_qk<HEAD_DIM, HEAD_DIM, WKEYS>(s, qf, sK + off, lane);
-            float mx = NEG_INF;                                     // row g only (c[0], c[1])
-#pragma unroll
-            for (int n = 0; n < WKEYS / 8; ++n)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int key = n0 + n * 8 + 2 * t + (i & 1);
-                    s[n][i] = key < k1 ? s[n][i] * SL : NEG_INF;
-                    if (i < 2) mx = fmaxf(mx, s[n][i]);
-                }
-            const float m_new = fmaxf(m_run, fa_quad_max(mx));
-            const float mu = m_new == NEG_INF ? 0.f : m_new;
-            const float alpha = fast_exp2(m_run - mu);
-            m_run = m_new;
-            l *= alpha;
-#pragma unroll
-            for (int n = 0; n < HEAD_DIM / 8; ++n) {
-                o[n][0] *= alpha;
-                o[n][1] *= alpha;
-            }
-#pragma unroll
-            for (int n = 0; n < WKEYS / 8; ++n)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    s[n][i] = i < 2 ? fast_exp2(s[n][i] - mu) : 0.f;   // rows g + 8: dropped
-                    l += s[n][i];
-                }
-            fa_pv<HEAD_DIM, HEAD_DIM, WKEYS>(o, s, sV + off, lane);
+            dec_mma_keys<HEAD_DIM, WKEYS>(o, m_run, l, qf, sK + off, sV + off, n0, k1, SL, lane);
         });
     // The ring is drained: its memory takes the warps' states, rows g < G of each warp.
-    const float l_row = fa_quad_sum(l);
     float* sm_m = reinterpret_cast<float*>(smem + Q_BYTES);
     float* sm_l = sm_m + WARPS * GROUP;
     float* sm_o = sm_l + WARPS * GROUP;
-    const int g = lane >> 2;
-    if (g < GROUP) {
-        float* d = sm_o + (warp * GROUP + g) * HEAD_DIM + 2 * t;
-#pragma unroll
-        for (int n = 0; n < HEAD_DIM / 8; ++n) {
-            d[n * 8] = o[n][0];
-            d[n * 8 + 1] = o[n][1];
-        }
-        if (t == 0) {
-            sm_m[warp * GROUP + g] = m_run;
-            sm_l[warp * GROUP + g] = l_row;
-        }
-    }
+    dec_mma_states<GROUP, HEAD_DIM, WARPS>(sm_m, sm_l, sm_o, o, m_run, l, warp, lane, t);
     __syncthreads();
     dec_finish<GROUP, HEAD_DIM, WARPS, NTHREADS>(sm_m, sm_l, sm_o, tid, row0, nsplit, split, out, lse, ws_o,
                                                  ws_lse);

@@ -2,7 +2,8 @@
 // NSPLIT chunks, the SIMT key step (G query heads of a GQA group against one K/V row per 16 lanes), the
 // block epilogue that merges the block's partial softmax states and writes either the final output or a
 // split's partial (o / l, lse) to the workspace, and the merge of the splits. Introduced in chapter 09
-// (01_one_block_per_head.cu to 04_paged_mma.cu).
+// (01_one_block_per_head.cu to 04_paged_mma.cu); 05_fused_merge.cu adds the election of the block that
+// merges the splits inside the split kernel (dec_last_arrival).
 //
 // Units: scores are kept in log2 units (q is pre-scaled by scale * log2 e, so p = 2^(s - m)); every LSE
 // that leaves a kernel is natural: lse = (m + log2 l) ln 2. An empty state (no key) is m = -inf, l = 0,
@@ -202,4 +203,25 @@ __device__ __forceinline__ void dec_merge_body(const float* __restrict__ ws_o,
     for (int s = 0; s < nsplit; ++s) acc = fmaf(w_sh[s], O[(size_t)s * D], acc);
     out[row * D + c] = (bf16_t)(pack_bf16x2(W > 0.f ? acc / W : 0.f, 0.f) & 0xffffu);
     if (c == 0) lse[row] = W > 0.f ? mu + dec_log2(W) * DEC_LN2 : NEG_INF;
+}
+
+// After a block's workspace writes (every thread's): true, in every thread, for the one block of the
+// nsplit blocks of a (sequence, KV head) to count last on *cnt, which then sees every other split's
+// workspace rows. The barrier gathers the block's writes in thread 0, whose fence (cumulative) orders
+// them device-wide before its count, and whose second fence orders the count before the reads that
+// follow; the last block puts the counter back to 0 (nothing else touches it in this launch), so a
+// counter that is zero at the launch is zero again at its end, ready for the next launch in stream
+// order. *flag: one shared int.
+__device__ __forceinline__ bool dec_last_arrival(int* cnt, int nsplit, int tid, int* flag)
+{
+    __syncthreads();
+    if (tid == 0) {
+        __threadfence();
+        const bool last = atomicAdd(cnt, 1) == nsplit - 1;
+        if (last) *cnt = 0;
+        __threadfence();
+        *flag = last;
+    }
+    __syncthreads();
+    return *flag != 0;
 }

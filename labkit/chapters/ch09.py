@@ -10,17 +10,21 @@ KV head h // G); d = 64 or 128 (compile-time HEAD_DIM, with GROUP). Arrays: CuPy
 Layouts (those of labs/results/logs/2026-12-01/decode-attention-sweep.py):
 - q, out (B, Hq, d) bf16; lse (B, Hq) fp32; seq_lens (B,) int32;
 - contiguous cache (rungs 01, 02): K, V (B, Hkv, Smax, d) bf16, seq_lens <= Smax;
-- paged cache (rungs 03, 04): K, V pools of pages (num_pages, Hkv, P, d) bf16, P a power of two, and a block
+- paged cache (rungs 03-05): K, V pools of pages (num_pages, Hkv, P, d) bf16, P a power of two, and a block
   table (B, max_pages) int32 mapping key t of sequence b to row t % P of page block_table[b, t // P]; entries
   past a sequence's pages are never read (-1 is fine there), seq_lens <= max_pages P;
 - split rungs: a workspace ws_o (B, Hq, nsplit, d) fp32 of each split's normalised output and ws_lse (B, Hq,
-  nsplit) fp32, merged by decode_merge when nsplit > 1 (allocated here unless given).
+  nsplit) fp32, merged by decode_merge when nsplit > 1 (allocated here unless given); rung 05 merges inside the
+  split kernel and adds counters (B, Hkv) int32 to the workspace, zero at every launch and left zero by it
+  (allocated zeroed once per launcher unless given).
 
 Kernels (kernels/09-decode-attention/), geometry from each file's launch_config:
 - 01_one_block_per_head.cu  one block per (sequence, KV head), the group's G heads in the block (SIMT);
 - 02_split_kv.cu            the keys of each (sequence, KV head) split over nsplit blocks, then a merge;
 - 03_paged.cu               split-KV over a paged cache, rows prefetched by a cp.async ring, page ids a stage ahead;
-- 04_paged_mma.cu           the same ring, the GQA group as the M dimension of mma.sync m16n8k16.
+- 04_paged_mma.cu           the same ring, the GQA group as the M dimension of mma.sync m16n8k16;
+- 05_fused_merge.cu         rung 04 with the merge in the split kernel (the last split of each (sequence, KV head)
+                            merges, counted on an atomic counter) and the block table in shared memory.
 """
 from __future__ import annotations
 
@@ -47,7 +51,7 @@ CHECK_CASES = [([1], 2, 16), ([7], 1, 16), ([4097], 2, 64), ([0, 1, 7, 16, 33, 3
 CHECK_GD = ((8, 128), (4, 128), (1, 128), (8, 64), (4, 64), (1, 64))
 CHECK_NSPLITS = (1, 3, 16)
 MAX_SPLITS = 1024                                # DEC_MAX_SPLITS in common/decode_attn.cuh
-SPLIT_ALIGN = 64                                 # split chunks: multiples of 64 keys (SPLIT_ALIGN in the files)
+SPLIT_ALIGN = 64                                 # split chunks: multiples of 64 keys (SPLIT_ALIGN in 02-04; 05: 16)
 BF16_NAN = 0x7FC0
 # tolerance: bf16 output rounding, fp32 accumulation, p rounded to bf16 before P V (rung 04)
 O_REL, O_ROW, O_SD = 2.0 ** -8, 2.0 ** -6, 2.0 ** -6
@@ -59,22 +63,38 @@ class Rung:
     name: str
     path: str
     function: str
-    kind: str                    # "one" (no split), "split" (contiguous, split + merge), "paged" (split + merge)
+    kind: str                    # "one" (no split), "split" (contiguous, split + merge), "paged" (split + merge),
+                                 # "fused" (paged, the merge inside the split kernel, counters)
     macros: tuple = ()
+    per_sm: int = 2              # blocks per SM the default split count aims at (default_nsplit)
+    split_align: int = SPLIT_ALIGN   # keys per split chunk multiple (SPLIT_ALIGN in the file)
+    max_splits: int = MAX_SPLITS     # the largest nsplit the kernel takes
 
     @property
     def paged(self) -> bool:
-        return self.kind == "paged"
+        return self.kind in ("paged", "fused")
 
     @property
     def splits(self) -> bool:
         return self.kind != "one"
 
+    @property
+    def fused(self) -> bool:
+        """The merge happens in the split kernel: no decode_merge, a counters array in the workspace."""
+        return self.kind == "fused"
+
+    @property
+    def merge(self) -> bool:
+        """A second kernel, decode_merge, merges the splits when nsplit > 1."""
+        return self.kind in ("split", "paged")
+
 
 RUNGS = (Rung("one_block", "09-decode-attention/01_one_block_per_head.cu", "decode_one_block", "one"),
          Rung("split_kv", "09-decode-attention/02_split_kv.cu", "decode_split", "split"),
          Rung("paged", "09-decode-attention/03_paged.cu", "decode_paged", "paged"),
-         Rung("paged_mma", "09-decode-attention/04_paged_mma.cu", "decode_paged_mma", "paged"))
+         Rung("paged_mma", "09-decode-attention/04_paged_mma.cu", "decode_paged_mma", "paged"),
+         Rung("fused_merge", "09-decode-attention/05_fused_merge.cu", "decode_fused", "fused", per_sm=1,
+              split_align=16, max_splits=256))
 BEST = "paged_mma"
 BASELINES = {"contiguous": "sdpa_contiguous", "paged": "sdpa_gathered"}
 
@@ -165,15 +185,18 @@ def split_range(length: int, nsplit: int, split: int, align: int = SPLIT_ALIGN) 
     return k0, min(length, k0 + chunk)
 
 
-def default_nsplit(B: int, Hkv: int, context: int, sms: int = 132) -> int:
-    """Splits enough for about two blocks per SM (B Hkv nsplit >= 2 SMs), never chunks under 512 keys, at most
-    1024: 64 at batch 1 (Hkv 4, 32k keys, 132 SMs), 2 at batch 64."""
-    want = -(-2 * sms // max(1, B * Hkv))
-    return int(max(1, min(want, -(-context // 512), MAX_SPLITS)))
+def default_nsplit(B: int, Hkv: int, context: int, sms: int = 132, per_sm: int = 2,
+                   max_splits: int = MAX_SPLITS) -> int:
+    """Splits enough for about `per_sm` blocks per SM (B Hkv nsplit >= per_sm SMs), never chunks under 512 keys, at
+    most max_splits: 64 at batch 1 (Hkv 4, 32k keys, 132 SMs), 2 at batch 64; with one block per SM (rung 05, whose
+    136 KB of shared memory allow one) 33 at batch 1, every SM busy, and 1 at batch 64."""
+    want = -(-per_sm * sms // max(1, B * Hkv))
+    return int(max(1, min(want, -(-context // 512), max_splits)))
 
 
-def workspace_bytes(B: int, Hq: int, d: int, nsplit: int) -> int:
-    return B * Hq * nsplit * (d + 1) * 4 if nsplit > 1 else 0
+def workspace_bytes(B: int, Hq: int, d: int, nsplit: int, Hkv: int = 0) -> int:
+    """The split workspace (ws_o and ws_lse), plus rung 05's counters when Hkv is given."""
+    return (B * Hq * nsplit * (d + 1) * 4 if nsplit > 1 else 0) + 4 * B * Hkv
 
 
 # ------------------------------------------------------------------------------------ input checks
@@ -304,7 +327,10 @@ def launcher(q, K, V, seq_lens, out, lse, *, block_table=None, version: str = BE
              nsplit: int | None = None, workspace=None, sms: int | None = None):
     """A zero-argument function launching one rung (and its merge when nsplit > 1); arguments checked and packed
     once. `workspace` = (ws_o, ws_lse) fp32 arrays of (B, Hq, nsplit, d) and (B, Hq, nsplit), allocated if None;
-    nsplit defaults to default_nsplit (1 for rung 01, which takes no split)."""
+    rung 05 (fused) takes (ws_o, ws_lse, counters), counters (B, Hkv) int32 that must be zero before its first
+    launch (each launch leaves them zero); without them it allocates zeroed counters once, kept by the returned
+    function, so its launches must stay in one stream's order. nsplit defaults to default_nsplit (1 for rung 01,
+    which takes no split)."""
     import cupy as cp
     r = resolve(version, rung)
     if r.paged and block_table is None:
@@ -321,9 +347,10 @@ def launcher(q, K, V, seq_lens, out, lse, *, block_table=None, version: str = BE
         else:
             if sms is None:
                 sms = int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"])
-            nsplit = default_nsplit(p.B, p.Hkv, max(p.max_len, 1), sms)
-    if not isinstance(nsplit, (int, np.integer)) or not 1 <= nsplit <= MAX_SPLITS:
-        raise KernelInputError(f"nsplit = {nsplit!r}: an integer from 1 to {MAX_SPLITS}")
+            nsplit = default_nsplit(p.B, p.Hkv, max(p.max_len, 1), sms, r.per_sm, r.max_splits)
+    if not isinstance(nsplit, (int, np.integer)) or not 1 <= nsplit <= r.max_splits:
+        raise KernelInputError(f"nsplit = {nsplit!r}: an integer from 1 to {r.max_splits}"
+                               + (f" for rung {r.name}" if r.max_splits != MAX_SPLITS else ""))
     if not r.splits and nsplit != 1:
         raise KernelInputError(f"rung {r.name} takes no split (nsplit = 1), got nsplit = {nsplit}")
     b = build(r, p.group, p.d)
@@ -334,16 +361,30 @@ def launcher(q, K, V, seq_lens, out, lse, *, block_table=None, version: str = BE
         grid = (p.Hkv, p.B, 1)
         args = (q, K, V, seq_lens, out, lse, i32(p.Hkv), i32(p.Smax))
         return lambda: k(grid, block, args, shared_mem=g.smem)
+    counters = None
     if workspace is None:                          # at nsplit 1 the kernel never touches it: 16 bytes each
         ws_o = cp.empty((p.B, p.Hq, nsplit, p.d) if nsplit > 1 else (4,), dtype=cp.float32)
         ws_l = cp.empty((p.B, p.Hq, nsplit) if nsplit > 1 else (4,), dtype=cp.float32)
     else:
-        ws_o, ws_l = workspace
+        if len(workspace) not in ((2, 3) if r.fused else (2,)):
+            raise KernelInputError(f"workspace: (ws_o, ws_lse){' or (ws_o, ws_lse, counters)' if r.fused else ''}, "
+                                   f"got {len(workspace)} arrays")
+        ws_o, ws_l = workspace[0], workspace[1]
         if nsplit > 1:
             _want("ws_o", ws_o, np.float32, shape=(p.B, p.Hq, nsplit, p.d))
             _want("ws_lse", ws_l, np.float32, shape=(p.B, p.Hq, nsplit))
         _device_checks(ws_o=ws_o, ws_lse=ws_l)
+        if len(workspace) == 3:
+            counters = workspace[2]
+            _want("counters", counters, np.int32, shape=(p.B, p.Hkv))
+            _device_checks(counters=counters)
     grid = (nsplit, p.Hkv, p.B)
+    if r.fused:
+        if counters is None:                       # zeroed once; every launch leaves them zero
+            counters = cp.zeros((p.B, p.Hkv), dtype=cp.int32)
+        args = (q, K, V, block_table, seq_lens, out, lse, ws_o, ws_l, counters, i32(p.Hkv), i32(p.pshift),
+                i32(p.max_pages), i32(nsplit))
+        return lambda: k(grid, block, args, shared_mem=g.smem)
     if r.paged:
         args = (q, K, V, block_table, seq_lens, out, lse, ws_o, ws_l, i32(p.Hkv), i32(p.pshift), i32(p.max_pages),
                 i32(nsplit))
@@ -426,16 +467,17 @@ def reference_paged(q, Kp, Vp, block_table, seq_lens, seqs=None):
                      seqs)
 
 
-def split_states(q, K, V, seq_lens, nsplit: int):
+def split_states(q, K, V, seq_lens, nsplit: int, align: int = SPLIT_ALIGN):
     """What the split kernels write to the workspace, in fp64: each split's normalised output (B, Hq, nsplit, d)
-    and natural LSE (B, Hq, nsplit) over its keys (split_range); an empty split: 0 and -inf."""
+    and natural LSE (B, Hq, nsplit) over its keys (split_range with `align`: a rung's split_align); an empty
+    split: 0 and -inf."""
     q = _f64(q)
     B, Hq, d = q.shape
     lens = np.asarray(seq_lens)
     ws_o, ws_l = np.zeros((B, Hq, nsplit, d)), np.full((B, Hq, nsplit), -np.inf)
     for b in range(B):
         for s in range(nsplit):
-            k0, k1 = split_range(int(lens[b]), nsplit, s)
+            k0, k1 = split_range(int(lens[b]), nsplit, s, align)
             if k1 <= k0:
                 continue
             sub = np.zeros(B, dtype=np.int64)
@@ -666,9 +708,9 @@ def _verify_timed(ctx, label, out, lse, ref, seqs):
     ctx.log.append(f"ok  {label}")
 
 
-def _pick_nsplit(make, n0: int) -> int:
-    """The fastest of n0 / 2, n0, 2 n0 splits (a few runs each)."""
-    cands = sorted({max(1, n0 // 2), n0, min(MAX_SPLITS, 2 * n0)})
+def _pick_nsplit(make, n0: int, most: int = MAX_SPLITS) -> int:
+    """The fastest of n0 / 2, n0, 2 n0 splits (a few runs each), at most `most`."""
+    cands = sorted({max(1, n0 // 2), n0, min(most, 2 * n0)})
     times = {n: bench(make(n), max_reps=10, warmup_ms=5.0).median_ms for n in cands}
     return min(times, key=times.get)
 
@@ -676,7 +718,7 @@ def _pick_nsplit(make, n0: int) -> int:
 def benchmarks(ctx):
     """Per batch: the irregular checks first; then every rung at the issue's shapes, each timed in alternation
     with its SDPA baseline (bench_interleaved): one_block and split_kv against SDPA on the contiguous cache
-    (shape page 0), paged and paged_mma against SDPA over the gathered pages at each page size. Each timed
+    (shape page 0), paged, paged_mma and fused_merge against SDPA over the gathered pages at each page size. Each timed
     output is checked on its first and last sequence; the baselines' records pool their runs from every pair."""
     import cupy as cp
     from .ch06 import have_torch
@@ -698,10 +740,10 @@ def benchmarks(ctx):
                 r = rungs()[name]
                 out, lse = GuardedOutput((B, Hq, d), "bfloat16"), GuardedOutput((B, Hq), "float32")
                 kw = dict(block_table=arrays.get("bt"), rung=r)
-                n0 = default_nsplit(B, Hkv, S, ctx.sms) if r.splits else 1
+                n0 = default_nsplit(B, Hkv, S, ctx.sms, r.per_sm, r.max_splits) if r.splits else 1
                 if r.splits and not ctx.quick:
                     n0 = _pick_nsplit(lambda n: launcher(q, arrays["K"], arrays["V"], lens, out.array, lse.array,
-                                                         nsplit=n, **kw), n0)
+                                                         nsplit=n, **kw), n0, r.max_splits)
                 run = launcher(q, arrays["K"], arrays["V"], lens, out.array, lse.array, nsplit=n0, **kw)
                 run()
                 cp.cuda.Device().synchronize()
@@ -726,7 +768,7 @@ def benchmarks(ctx):
             Kp, bt = page_pool(K, page, 7 * page + B)
             Vp, _ = page_pool(V, page, 7 * page + B)          # the same permutation: the same seed
             base = sdpa_gathered(q, Kp, Vp, bt) if torch_ok else None
-            yield from group("paged", page, ("paged", "paged_mma"), base, dict(K=Kp, V=Vp, bt=bt))
+            yield from group("paged", page, ("paged", "paged_mma", "fused_merge"), base, dict(K=Kp, V=Vp, bt=bt))
             del Kp, Vp, bt, base
             cp.get_default_memory_pool().free_all_blocks()
         del q, K, V, lens
