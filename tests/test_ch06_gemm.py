@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from labkit.chapters import ch06
+from labkit.measure import compile
 
 
 @pytest.mark.parametrize("which", ["A", "B", "C"])
@@ -110,3 +111,24 @@ def test_every_rung_on_an_irregular_shape_and_with_any_n():
         ch06.check_rung(ctx, rung, 129, 255, 64)          # N % 8 != 0: the _anyn entry point
         ch06.check_rung(ctx, rung, 300, 264, 520)
     assert len(ctx.log) == 2 * len(ch06.rungs())
+
+
+@pytest.mark.gpu
+def test_a_build_needing_more_shared_memory_than_the_gpu_has_is_refused_by_name(monkeypatch):
+    """As on an L4 or RTX 4090 (sm_89: 99 KB per block): the tuned build (120 KB) is refused with the numbers,
+    and the checks skip it with a line in the log."""
+    import cupy as cp
+    from labkit.errors import KernelInputError
+    from labkit.measure.context import Context
+    monkeypatch.setattr(compile, "max_dynamic_smem", lambda: 99 * 1024)
+    ch06._kernel.cache_clear()
+    try:
+        A, B, C = ch06.random_bf16((256, 64)), ch06.random_bf16((64, 256)), cp.empty((256, 256), dtype=cp.uint16)
+        with pytest.raises(KernelInputError, match="122,880 bytes of shared memory per block; this GPU allows 101,376"):
+            ch06.gemm(A, B, C, "tuned")
+        ch06.gemm(A, B, C, "multistage")                    # 48 KB: fine
+        ctx = Context({}, {"sm_count": 0})
+        ch06.check_all(ctx, names={"tuned"})
+        assert any("tuned: needs more shared memory" in line for line in ctx.log)
+    finally:
+        ch06._kernel.cache_clear()

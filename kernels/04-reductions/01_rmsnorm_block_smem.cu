@@ -15,8 +15,8 @@
 //    2048 threads x 2 B = 4 KiB of loads per SM, a third of the 12.4 KiB that Little's law asks for
 //    (chapter 01's table of bytes in flight, 1 : 1 traffic); if the compiler unrolls the strided loop to
 //    ~4 loads per thread (~16 KiB) the need is met, and the other two costs carry the estimate;
-//  - the second read of the row mostly hits L1/L2 (rows in flight: 132 SMs x 8 blocks x 8 KB = 8.6 MB
-//    of a 60 MB L2), so DRAM traffic stays near 1x, but the row goes through the load path twice;
+//  - the second read of the row mostly hits L1/L2 (rows in flight: 132 SMs x 8 blocks x 8 KiB = 8.25 MiB
+//    of a 60 MiB L2), so DRAM traffic stays near 1x, but the row goes through the load path twice;
 //  - 9 __syncthreads() for the tree, in which most threads idle.
 // Expect clearly under the copy bandwidth: roughly 65-85% of it.
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "rmsnorm"):

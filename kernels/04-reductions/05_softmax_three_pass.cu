@@ -12,10 +12,10 @@
 // (fmaxf ignores NaN in the max, the sum does not).
 //
 // Prediction (65536 x 4096 bf16): bytes that must move = 2*2*M*N = 1.07 GB, ~0.26 ms at ~4.1 TB/s.
-// The row is read three times; the second and third reads hit L1/L2 (8.6 MB of rows in flight vs a
-// 60 MB L2), so DRAM traffic stays ~1x, but each row goes through three load phases and two barriers.
-// Expect ~70-85% of the copy bandwidth: already well ahead of torch.softmax (~1.3 TB/s in ANCHORS.md),
-// behind the one-read `softmax_regs`.
+// The row is read three times; the second and third reads hit L1/L2 (8.25 MiB of rows in flight vs a
+// 60 MiB L2), so DRAM traffic stays ~1x, but each row goes through three load phases and two barriers.
+// Expect ~70-85% of the copy bandwidth: already well ahead of torch.softmax (taken as ~1.3 TB/s at this
+// shape), behind the one-read `softmax_regs`.
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "softmax"):
 //   three_pass at 65536x4096: 0.3260 ms, 3294 GB/s, 78.3% of copy, 2.55x torch.softmax
 #include <cuda_bf16.h>

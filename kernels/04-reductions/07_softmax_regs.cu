@@ -24,8 +24,8 @@
 // Prediction (65536 x 4096 bf16, tpr = 128, 2 rows per block): 1.07 GB must move, ~0.26 ms at
 // ~4.1 TB/s. Same memory shape as rmsnorm_regs (one 16-byte load per 8 elements, all in flight before
 // any use) plus ~6 operations and one exp per element: exps need ~3.9 elements/cycle/SM x 1 = ~4 of the
-// SM's 16 ex2/cycle at full bandwidth. Expect >= 95% of copy, ~3x torch.softmax (1.3 TB/s in
-// ANCHORS.md), level with a Triton one-program-per-row kernel. At 16384 x 32768 (softmax_regs_long):
+// SM's 16 ex2/cycle at full bandwidth. Expect >= 95% of copy, ~3x torch.softmax (taken as ~1.3 TB/s
+// at this shape), level with a Triton one-program-per-row kernel. At 16384 x 32768 (softmax_regs_long):
 // only 2 rows x 64 KB in flight per SM, each row's loads idle while it reduces, and twice the exps:
 // expect >= 85% of copy.
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "softmax"):

@@ -28,8 +28,8 @@
 // the mma.sync roof: ~220 TFLOP/s at both sizes (range 150-280), ~28% of cuBLAS bf16 (780 TFLOP/s).
 //
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "gemm_bf16"):
-//   wmma at 4096x4096x4096: 0.7950 ms, 172.9 TFLOP/s, 27.4% of mma, 0.22x cuBLAS bf16
-//   wmma at 8192x8192x8192: 6.1595 ms, 178.5 TFLOP/s, 28.3% of mma, 0.25x cuBLAS bf16
+//   wmma at 4096x4096x4096: 0.7652 ms, 179.6 TFLOP/s, 28.5% of mma, 0.23x cuBLAS bf16
+//   wmma at 8192x8192x8192: 6.1432 ms, 179.0 TFLOP/s, 28.4% of mma, 0.23x cuBLAS bf16
 #include <cuda_bf16.h>
 #if __has_include(<crt/mma.h>)           // nvcuda::wmma's header needs crt/mma.h (a full toolkit, or the
 #define HAVE_WMMA_API 1                  // nvidia-cuda-crt wheel); without it the same wmma instructions

@@ -26,8 +26,8 @@
 // as cuobjdump of 01 shows; the difference this rung measures is ldmatrix's.)
 //
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "gemm_bf16"):
-//   mma_ldmatrix at 4096x4096x4096: 0.6550 ms, 209.8 TFLOP/s, 33.3% of mma, 0.26x cuBLAS bf16
-//   mma_ldmatrix at 8192x8192x8192: 5.1207 ms, 214.7 TFLOP/s, 34.0% of mma, 0.29x cuBLAS bf16
+//   mma_ldmatrix at 4096x4096x4096: 0.6696 ms, 205.3 TFLOP/s, 32.6% of mma, 0.27x cuBLAS bf16
+//   mma_ldmatrix at 8192x8192x8192: 5.0789 ms, 216.5 TFLOP/s, 34.3% of mma, 0.27x cuBLAS bf16
 #include <cuda_bf16.h>
 
 #ifndef ANYN_ENTRY

@@ -26,10 +26,10 @@
 // sizes.
 //
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "gemm_bf16"):
-//   cp_async_1stage at 4096x4096x4096: 0.6440 ms, 213.4 TFLOP/s, 33.8% of mma, 0.27x cuBLAS bf16
-//   cp_async_1stage at 8192x8192x8192: 4.9102 ms, 223.9 TFLOP/s, 35.5% of mma, 0.31x cuBLAS bf16
-//   cp_async at 4096x4096x4096: 0.4457 ms, 308.4 TFLOP/s, 48.9% of mma, 0.39x cuBLAS bf16
-//   cp_async at 8192x8192x8192: 3.6399 ms, 302.1 TFLOP/s, 47.9% of mma, 0.41x cuBLAS bf16
+//   cp_async_1stage at 4096x4096x4096: 0.6500 ms, 211.5 TFLOP/s, 33.5% of mma, 0.28x cuBLAS bf16
+//   cp_async_1stage at 8192x8192x8192: 5.0979 ms, 215.7 TFLOP/s, 34.2% of mma, 0.27x cuBLAS bf16
+//   cp_async at 4096x4096x4096: 0.4502 ms, 305.3 TFLOP/s, 48.4% of mma, 0.40x cuBLAS bf16
+//   cp_async at 8192x8192x8192: 3.9406 ms, 279.0 TFLOP/s, 44.3% of mma, 0.39x cuBLAS bf16
 #include <cuda_bf16.h>
 
 #ifndef ANYN_ENTRY

@@ -25,8 +25,8 @@
 // (06) in the same shared memory.
 //
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "gemm_bf16"):
-//   swizzle at 4096x4096x4096: 0.4099 ms, 335.3 TFLOP/s, 53.1% of mma, 0.44x cuBLAS bf16
-//   swizzle at 8192x8192x8192: 3.3227 ms, 330.9 TFLOP/s, 52.4% of mma, 0.47x cuBLAS bf16
+//   swizzle at 4096x4096x4096: 0.4308 ms, 319.0 TFLOP/s, 50.6% of mma, 0.43x cuBLAS bf16
+//   swizzle at 8192x8192x8192: 3.6705 ms, 299.6 TFLOP/s, 47.5% of mma, 0.42x cuBLAS bf16
 #include <cuda_bf16.h>
 
 #ifndef ANYN_ENTRY

@@ -24,8 +24,8 @@
 // peaks with larger warp tiles.
 //
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "gemm_bf16"):
-//   multistage at 4096x4096x4096: 0.4144 ms, 331.7 TFLOP/s, 52.6% of mma, 0.44x cuBLAS bf16
-//   multistage at 8192x8192x8192: 3.4818 ms, 315.8 TFLOP/s, 50.0% of mma, 0.43x cuBLAS bf16
+//   multistage at 4096x4096x4096: 0.4140 ms, 331.9 TFLOP/s, 52.6% of mma, 0.44x cuBLAS bf16
+//   multistage at 8192x8192x8192: 3.5497 ms, 309.7 TFLOP/s, 49.1% of mma, 0.42x cuBLAS bf16
 #include <cuda_bf16.h>
 
 #ifndef ANYN_ENTRY

@@ -27,8 +27,8 @@
 // 512 tiles, 3.9 waves (97%), about the same rate.
 //
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "gemm_bf16"):
-//   warp_tiles at 4096x4096x4096: 0.3493 ms, 393.5 TFLOP/s, 62.4% of mma, 0.51x cuBLAS bf16
-//   warp_tiles at 8192x8192x8192: 2.7908 ms, 394.0 TFLOP/s, 62.4% of mma, 0.61x cuBLAS bf16
+//   warp_tiles at 4096x4096x4096: 0.3654 ms, 376.1 TFLOP/s, 59.6% of mma, 0.51x cuBLAS bf16
+//   warp_tiles at 8192x8192x8192: 3.0153 ms, 364.6 TFLOP/s, 57.8% of mma, 0.50x cuBLAS bf16
 #include <cuda_bf16.h>
 
 #ifndef ANYN_ENTRY

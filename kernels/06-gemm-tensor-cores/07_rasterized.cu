@@ -41,10 +41,10 @@
 // (710-818 TFLOP/s); +0-5% over 06_warp_tiles.cu at 8192^3, level with it at 4096^3.
 //
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "gemm_bf16"):
-//   rasterized at 4096x4096x4096: 0.3150 ms, 436.3 TFLOP/s, 69.2% of mma, 0.56x cuBLAS bf16
-//   rasterized at 8192x8192x8192: 2.5967 ms, 423.4 TFLOP/s, 67.1% of mma, 0.62x cuBLAS bf16
-//   tuned at 4096x4096x4096: 0.3290 ms, 417.7 TFLOP/s, 66.2% of mma, 0.54x cuBLAS bf16
-//   tuned at 8192x8192x8192: 2.6009 ms, 422.7 TFLOP/s, 67.0% of mma, 0.56x cuBLAS bf16
+//   rasterized at 4096x4096x4096: 0.3313 ms, 414.9 TFLOP/s, 65.8% of mma, 0.55x cuBLAS bf16
+//   rasterized at 8192x8192x8192: 2.8550 ms, 385.1 TFLOP/s, 61.1% of mma, 0.54x cuBLAS bf16
+//   tuned at 4096x4096x4096: 0.3286 ms, 418.2 TFLOP/s, 66.3% of mma, 0.55x cuBLAS bf16
+//   tuned at 8192x8192x8192: 2.8699 ms, 383.1 TFLOP/s, 60.8% of mma, 0.54x cuBLAS bf16
 #include <cuda_bf16.h>
 
 #ifndef ANYN_ENTRY

@@ -23,9 +23,9 @@
 //    (777 / 710-818 TFLOP/s there). The lesson is the layout, not the speed.
 //
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "gemm_bf16"):
-//   wgmma_smem at 4096x4096x4096: 0.4179 ms, 328.9 TFLOP/s, 34.7% of wgmma, 0.41x cuBLAS bf16
-//   wgmma_smem at 8192x8192x8192: 3.2472 ms, 338.6 TFLOP/s, 35.8% of wgmma, 0.48x cuBLAS bf16
-//   wgmma_smem at 8192x28672x8192: 12.0405 ms, 319.6 TFLOP/s, 33.8% of wgmma, 0.46x cuBLAS bf16
+//   wgmma_smem at 4096x4096x4096: 0.4094 ms, 335.7 TFLOP/s, 36.2% of wgmma, 0.43x cuBLAS bf16
+//   wgmma_smem at 8192x8192x8192: 3.4390 ms, 319.7 TFLOP/s, 34.4% of wgmma, 0.43x cuBLAS bf16
+//   wgmma_smem at 8192x28672x8192: 12.8756 ms, 298.9 TFLOP/s, 32.2% of wgmma, 0.40x cuBLAS bf16
 // contract: K % 8 == 0 and N % 8 == 0 (16-byte rows); M, N, K otherwise arbitrary: rows and K past the
 //           end load as zeros, stores are masked.
 // requires: sm_90a

@@ -18,9 +18,9 @@
 //    this H200 reached 438-481): ~45% of the wgmma roof, 50-60% of cuBLAS.
 //
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "gemm_bf16"):
-//   tma_wgmma at 4096x4096x4096: 0.2856 ms, 481.3 TFLOP/s, 50.8% of wgmma, 0.60x cuBLAS bf16
-//   tma_wgmma at 8192x8192x8192: 2.3677 ms, 464.4 TFLOP/s, 49.0% of wgmma, 0.66x cuBLAS bf16
-//   tma_wgmma at 8192x28672x8192: 9.5722 ms, 402.0 TFLOP/s, 42.5% of wgmma, 0.60x cuBLAS bf16
+//   tma_wgmma at 4096x4096x4096: 0.2890 ms, 475.6 TFLOP/s, 51.2% of wgmma, 0.62x cuBLAS bf16
+//   tma_wgmma at 8192x8192x8192: 2.4716 ms, 444.9 TFLOP/s, 47.9% of wgmma, 0.65x cuBLAS bf16
+//   tma_wgmma at 8192x28672x8192: 10.0918 ms, 381.3 TFLOP/s, 41.1% of wgmma, 0.56x cuBLAS bf16
 // contract: K % 8 == 0 and N % 8 == 0 (16-byte row strides for the tensor maps); M, N, K otherwise
 //           arbitrary: TMA zero-fills boxes past the end (the byte count stays the full box), stores are masked.
 // requires: sm_90a

@@ -20,12 +20,12 @@
 //    the consumer-side stalls: maybe 550-650.
 //
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "gemm_bf16"):
-//   tma_ring at 4096x4096x4096: 0.2644 ms, 519.8 TFLOP/s, 54.9% of wgmma, 0.66x cuBLAS bf16
-//   tma_ring at 8192x8192x8192: 2.4619 ms, 446.6 TFLOP/s, 47.2% of wgmma, 0.60x cuBLAS bf16
-//   tma_ring at 8192x28672x8192: 9.1586 ms, 420.2 TFLOP/s, 44.4% of wgmma, 0.59x cuBLAS bf16
-//   tma_ring_bn256 at 4096x4096x4096: 0.2121 ms, 647.9 TFLOP/s, 68.4% of wgmma, 0.84x cuBLAS bf16
-//   tma_ring_bn256 at 8192x8192x8192: 1.8212 ms, 603.7 TFLOP/s, 63.8% of wgmma, 0.89x cuBLAS bf16
-//   tma_ring_bn256 at 8192x28672x8192: 7.8191 ms, 492.2 TFLOP/s, 52.0% of wgmma, 0.72x cuBLAS bf16
+//   tma_ring at 4096x4096x4096: 0.2887 ms, 476.0 TFLOP/s, 51.3% of wgmma, 0.65x cuBLAS bf16
+//   tma_ring at 8192x8192x8192: 2.6020 ms, 422.6 TFLOP/s, 45.5% of wgmma, 0.67x cuBLAS bf16
+//   tma_ring at 8192x28672x8192: 9.3331 ms, 412.3 TFLOP/s, 44.4% of wgmma, 0.64x cuBLAS bf16
+//   tma_ring_bn256 at 4096x4096x4096: 0.2192 ms, 627.1 TFLOP/s, 67.5% of wgmma, 0.89x cuBLAS bf16
+//   tma_ring_bn256 at 8192x8192x8192: 1.7991 ms, 611.2 TFLOP/s, 65.8% of wgmma, 0.96x cuBLAS bf16
+//   tma_ring_bn256 at 8192x28672x8192: 7.9756 ms, 482.5 TFLOP/s, 52.0% of wgmma, 0.74x cuBLAS bf16
 // contract: K % 8 == 0 and N % 8 == 0; M, N, K otherwise arbitrary (TMA zero fill, masked stores).
 // requires: sm_90a
 // ------------------------------------------------------------------------------------------------

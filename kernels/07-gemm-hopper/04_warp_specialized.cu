@@ -19,9 +19,9 @@
 //  - expect ~620-700 TFLOP/s at 4096^3 and 8192^3: ~70% of the wgmma roof, 80-90% of cuBLAS.
 //
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "gemm_bf16"):
-//   warp_specialized at 4096x4096x4096: 0.2134 ms, 644.0 TFLOP/s, 68.0% of wgmma, 0.88x cuBLAS bf16
-//   warp_specialized at 8192x8192x8192: 1.7565 ms, 626.0 TFLOP/s, 66.1% of wgmma, 0.91x cuBLAS bf16
-//   warp_specialized at 8192x28672x8192: 7.8268 ms, 491.7 TFLOP/s, 51.9% of wgmma, 0.72x cuBLAS bf16
+//   warp_specialized at 4096x4096x4096: 0.2222 ms, 618.5 TFLOP/s, 66.6% of wgmma, 0.89x cuBLAS bf16
+//   warp_specialized at 8192x8192x8192: 1.7948 ms, 612.6 TFLOP/s, 66.0% of wgmma, 0.96x cuBLAS bf16
+//   warp_specialized at 8192x28672x8192: 7.9813 ms, 482.2 TFLOP/s, 51.9% of wgmma, 0.74x cuBLAS bf16
 // contract: K % 8 == 0 and N % 8 == 0; M, N, K otherwise arbitrary (TMA zero fill, masked stores).
 // requires: sm_90a
 // ------------------------------------------------------------------------------------------------

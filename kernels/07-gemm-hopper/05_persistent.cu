@@ -27,9 +27,9 @@
 //    pair, no longer exposed).
 //
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "gemm_bf16"):
-//   persistent at 4096x4096x4096: 0.2078 ms, 661.5 TFLOP/s, 69.9% of wgmma, 0.90x cuBLAS bf16
-//   persistent at 8192x8192x8192: 1.7112 ms, 642.5 TFLOP/s, 67.9% of wgmma, 0.95x cuBLAS bf16
-//   persistent at 8192x28672x8192: 5.9777 ms, 643.8 TFLOP/s, 68.0% of wgmma, 0.92x cuBLAS bf16
+//   persistent at 4096x4096x4096: 0.2150 ms, 639.1 TFLOP/s, 68.8% of wgmma, 0.91x cuBLAS bf16
+//   persistent at 8192x8192x8192: 1.7075 ms, 643.9 TFLOP/s, 69.3% of wgmma, 0.97x cuBLAS bf16
+//   persistent at 8192x28672x8192: 6.0650 ms, 634.5 TFLOP/s, 68.3% of wgmma, 0.96x cuBLAS bf16
 // contract: K % 8 == 0 and N % 8 == 0; M, N, K otherwise arbitrary (TMA zero fill, masked stores).
 // requires: sm_90a
 // ------------------------------------------------------------------------------------------------

@@ -24,9 +24,9 @@
 //  - expect ~720-800 TFLOP/s at 4096^3 and 8192^3: 76-84% of the roof, 92-103% of cuBLAS.
 //
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "gemm_bf16"):
-//   cluster_multicast at 4096x4096x4096: 0.2936 ms, 468.2 TFLOP/s, 49.5% of wgmma, 0.63x cuBLAS bf16
-//   cluster_multicast at 8192x8192x8192: 2.2119 ms, 497.1 TFLOP/s, 52.5% of wgmma, 0.73x cuBLAS bf16
-//   cluster_multicast at 8192x28672x8192: 7.4784 ms, 514.6 TFLOP/s, 54.4% of wgmma, 0.76x cuBLAS bf16
+//   cluster_multicast at 4096x4096x4096: 0.2984 ms, 460.5 TFLOP/s, 49.6% of wgmma, 0.61x cuBLAS bf16
+//   cluster_multicast at 8192x8192x8192: 2.3688 ms, 464.2 TFLOP/s, 50.0% of wgmma, 0.64x cuBLAS bf16
+//   cluster_multicast at 8192x28672x8192: 8.0848 ms, 476.0 TFLOP/s, 51.3% of wgmma, 0.62x cuBLAS bf16
 // contract: K % 8 == 0 and N % 8 == 0; M, N, K otherwise arbitrary (TMA zero fill, masked stores; a part
 //           of a cluster tile wholly past M or N loads a clamped, valid box and stores nothing).
 // requires: sm_90a

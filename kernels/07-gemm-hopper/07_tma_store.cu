@@ -21,9 +21,9 @@
 //  - expect ~730-810 TFLOP/s at 4096^3 and 8192^3: 77-85% of the wgmma roof, 94-104% of cuBLAS.
 //
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "gemm_bf16"):
-//   tma_store at 4096x4096x4096: 0.2778 ms, 494.8 TFLOP/s, 52.3% of wgmma, 0.63x cuBLAS bf16
-//   tma_store at 8192x8192x8192: 2.2888 ms, 480.4 TFLOP/s, 50.7% of wgmma, 0.65x cuBLAS bf16
-//   tma_store at 8192x28672x8192: 7.3650 ms, 522.5 TFLOP/s, 55.2% of wgmma, 0.77x cuBLAS bf16
+//   tma_store at 4096x4096x4096: 0.2773 ms, 495.7 TFLOP/s, 53.4% of wgmma, 0.65x cuBLAS bf16
+//   tma_store at 8192x8192x8192: 2.3704 ms, 463.8 TFLOP/s, 50.0% of wgmma, 0.65x cuBLAS bf16
+//   tma_store at 8192x28672x8192: 8.0709 ms, 476.8 TFLOP/s, 51.3% of wgmma, 0.64x cuBLAS bf16
 // contract: K % 8 == 0 and N % 8 == 0; M, N, K otherwise arbitrary (TMA zero fill on loads, clipped stores;
 //           boxes wholly past the end are clamped (loads) or skipped (stores)).
 // requires: sm_90a

@@ -27,8 +27,8 @@ import numpy as np
 from ..errors import CheckFailed, KernelInputError
 from ..measure import bf16
 from ..measure.checks import GuardedOutput, expect
-from ..measure.compile import kernel, load_module
-from ..measure.timing import bench
+from ..measure.compile import kernel, load_module, opt_in_shared_memory
+from ..measure.timing import bench, bench_interleaved, pooled
 
 WMMA = "06-gemm-tensor-cores/01_wmma.cu"
 MMA_LDMATRIX = "06-gemm-tensor-cores/02_mma_ldmatrix.cu"
@@ -123,11 +123,25 @@ def geometry(path: str, macros: tuple = ()) -> Geometry:
 
 @functools.lru_cache(maxsize=None)
 def _kernel(path: str, function: str, macros: tuple):
-    k = kernel(path, function, options(macros))
-    smem = geometry(path, macros).smem
-    if smem > 48 * 1024:                 # above 48 KB a kernel must opt in to its dynamic shared memory
-        k.max_dynamic_shared_size_bytes = smem
-    return k
+    require_tensor_cores()
+    return opt_in_shared_memory(kernel(path, function, options(macros)), geometry(path, macros).smem,
+                                f"{path} with {dict(macros) or 'its defaults'}")
+
+
+def require_tensor_cores() -> None:
+    """mma.sync with bf16 operands, ldmatrix and cp.async exist from compute capability 8.0 (A100) on."""
+    from ..measure.device import gpu_info, require_gpu
+    require_gpu("chapter 06's kernels")
+    cc = gpu_info()["compute_capability"]
+    if float(cc) < 8.0:
+        raise KernelInputError(f"chapter 06's kernels use bf16 mma.sync, ldmatrix and cp.async, which need compute "
+                               f"capability 8.0 or later (A100, L4, H100, H200); this GPU is {cc} (a T4 is 7.5)")
+
+
+@functools.lru_cache(maxsize=1)
+def fits_this_gpu(rung: Rung) -> bool:
+    from ..measure import compile as nvrtc      # looked up at call time: tests stand in a smaller GPU
+    return geometry(rung.path, rung.macros).smem <= nvrtc.max_dynamic_smem()
 
 
 def _rung(version: str, rung: Rung | None) -> Rung:
@@ -229,6 +243,7 @@ def fragment_product(A, B, tables=None):
     """C (16 x 8, fp32) from one mma.sync whose operands are gathered and scattered by `tables` (by default
     the chapter's fragment functions): A (16 x 16) and B (16 x 8) CuPy uint16 arrays of bf16 bits."""
     import cupy as cp
+    require_tensor_cores()
     expect("A", A, dtype=np.uint16, shape=(16, 16))
     expect("B", B, dtype=np.uint16, shape=(16, 8))
     ta, tb, tc = (cp.asarray(t) for t in (tables or index_tables()))
@@ -311,9 +326,13 @@ def check_contract(rung: Rung) -> None:
 
 
 def check_all(ctx, names=None) -> None:
+    require_tensor_cores()
     check_fragments(ctx)
     for name, rung in rungs().items():
         if names is not None and name not in names:
+            continue
+        if not fits_this_gpu(rung):
+            ctx.log.append(f"--  {name}: needs more shared memory per block than this GPU has: not checked")
             continue
         for M, N, K in CHECK_SHAPES:
             check_rung(ctx, rung, M, N, K)
@@ -322,17 +341,10 @@ def check_all(ctx, names=None) -> None:
 
 # ------------------------------------------------------------------------------------------ cuBLAS
 
-def as_torch_bf16(a):
-    """A torch bf16 view (zero copy) of a CuPy uint16 array of bf16 bit patterns."""
-    import cupy as cp
-    import torch
-    return torch.from_dlpack(a.view(cp.int16)).view(torch.bfloat16)
-
-
 def cublas_bf16(A, B, C) -> None:
     """C = A @ B through cuBLAS in bf16 (torch.matmul on zero-copy views; fp32 accumulation)."""
     import torch
-    torch.matmul(as_torch_bf16(A), as_torch_bf16(B), out=as_torch_bf16(C))
+    torch.matmul(bf16.as_torch(A), bf16.as_torch(B), out=bf16.as_torch(C))
 
 
 def check_cublas(ctx, M=1000, N=1000, K=1008) -> None:
@@ -377,14 +389,22 @@ def benchmarks(ctx):
     for M, N, K in (QUICK_SHAPES if ctx.quick else BENCH_SHAPES):
         A, B = random_bf16((M, K)), random_bf16((K, N))
         C = cp.empty((M, N), dtype=cp.uint16)
-        base = None
-        if torch_ok:
-            base = bench(lambda: cublas_bf16(A, B, C), max_reps=50)
-            yield _record(ctx, "cublas_bf16", (M, N, K), base, None)
+        # each rung timed in alternation with cuBLAS (bench_interleaved: the clock drifts under sustained
+        # tensor load); the cuBLAS record pools its runs from every pair
+        timed, bases = [], []
         for name, rung in rungs().items():
-            if torch_ok:     # the baseline again beside each rung: clocks drift under sustained tensor load
-                base = bench(lambda: cublas_bf16(A, B, C), max_reps=20)
-            t = bench(launcher(A, B, C, rung=rung), max_reps=50)
+            if not fits_this_gpu(rung):
+                ctx.log.append(f"{name}: needs more shared memory per block than this GPU has: not timed")
+                continue
+            if torch_ok:
+                ts = bench_interleaved({"rung": launcher(A, B, C, rung=rung), "cublas": lambda: cublas_bf16(A, B, C)})
+                timed.append((name, ts["rung"], ts["cublas"]))
+                bases.append(ts["cublas"])
+            else:
+                timed.append((name, bench(launcher(A, B, C, rung=rung), max_reps=50), None))
+        if torch_ok:
+            yield _record(ctx, "cublas_bf16", (M, N, K), pooled(bases), None)
+        for name, t, base in timed:
             yield _record(ctx, name, (M, N, K), t, base)
         if torch_ok:             # the timed output of the best rung against cuBLAS's on the same inputs
             ref = C.copy()

@@ -16,28 +16,25 @@ geometry, kernels/common/hopper_launch_config.cuh):
 - 04_warp_specialized.cu   a producer warpgroup and two consumer warpgroups, setmaxnreg;
 - 05_persistent.cu         one block per SM walking tiles in grouped order;
 - 06_cluster_multicast.cu  clusters of 2 along M sharing B tiles by TMA multicast;
-- 07_tma_store.cu          the epilogue through shared memory and a TMA store.
+- 07_tma_store.cu          the epilogue through shared memory and a TMA store;
+- 08_pingpong.cu           ping-pong consumers: each warpgroup owns a 128 x 128 tile, the two take turns
+                           on the tensor cores, one's epilogue under the other's MMAs.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import re
-import shutil
-import subprocess
-import tempfile
-from pathlib import Path
 
 import numpy as np
 
 from ..errors import CheckFailed, KernelInputError
 from ..measure import bf16
 from ..measure.checks import GuardedOutput, expect
-from ..measure.compile import kernel, load_module
+from ..measure.compile import kernel, load_module, opt_in_shared_memory
 from ..measure.tensormap import tensor_map
-from ..measure.timing import bench
-from .ch06 import BF16_RTOL, agree, rms, as_torch_bf16, random_bf16, tolerance
+from ..measure.timing import bench, bench_interleaved, pooled
+from .ch06 import agree, random_bf16, tolerance
 
 WGMMA_PROBE = "07-gemm-hopper/00_wgmma_probe.cu"
 
@@ -65,14 +62,16 @@ RUNGS = (Rung("wgmma_smem", "07-gemm-hopper/01_wgmma_smem.cu", "gemm_wgmma_smem"
          Rung("warp_specialized", "07-gemm-hopper/04_warp_specialized.cu", "gemm_warp_specialized"),
          Rung("persistent", "07-gemm-hopper/05_persistent.cu", "gemm_persistent"),
          Rung("cluster_multicast", "07-gemm-hopper/06_cluster_multicast.cu", "gemm_cluster_multicast"),
-         Rung("tma_store", "07-gemm-hopper/07_tma_store.cu", "gemm_tma_store"))
+         Rung("tma_store", "07-gemm-hopper/07_tma_store.cu", "gemm_tma_store"),
+         Rung("pingpong", "07-gemm-hopper/08_pingpong.cu", "gemm_pingpong"))
 BEST = "persistent"       # the fastest rung at 8192^3 in the chapter's sweep (gemm-hopper-ladder-sweep.log)
 # instructions the SASS of each rung must hold (the Hopper path, not a fallback the compiler chose)
 EXPECTED_SASS = {"wgmma_smem": ("HGMMA",), "tma_wgmma": ("HGMMA", "UTMALDG"), "tma_ring": ("HGMMA", "UTMALDG"),
                  "tma_ring_bn256": ("HGMMA", "UTMALDG"), "warp_specialized": ("HGMMA", "UTMALDG", "USETMAXREG"),
                  "persistent": ("HGMMA", "UTMALDG", "USETMAXREG"),
                  "cluster_multicast": ("HGMMA", "UTMALDG.MULTICAST", "USETMAXREG"),
-                 "tma_store": ("HGMMA", "UTMALDG.MULTICAST", "UTMASTG", "USETMAXREG")}
+                 "tma_store": ("HGMMA", "UTMALDG.MULTICAST", "UTMASTG", "USETMAXREG"),
+                 "pingpong": ("HGMMA", "UTMALDG", "USETMAXREG")}
 
 
 def rungs() -> dict[str, Rung]:
@@ -135,9 +134,8 @@ def geometry(path: str, macros: tuple = ()) -> Geometry:
 
 @functools.lru_cache(maxsize=None)
 def _kernel(path: str, function: str, macros: tuple):
-    k = kernel(path, function, options(macros))
-    k.max_dynamic_shared_size_bytes = geometry(path, macros).smem
-    return k
+    return opt_in_shared_memory(kernel(path, function, options(macros)), geometry(path, macros).smem,
+                                f"{path} with {dict(macros) or 'its defaults'}")
 
 
 def check_operands(A, B_t, C) -> tuple[int, int, int]:
@@ -221,7 +219,7 @@ def check_all(ctx, names=None) -> None:
 def cublas_bf16(A, B_t, C) -> None:
     """C = A @ B_t^T through cuBLAS (torch.matmul on zero-copy bf16 views: the TN GEMM nn.Linear runs)."""
     import torch
-    torch.matmul(as_torch_bf16(A), as_torch_bf16(B_t).t(), out=as_torch_bf16(C))
+    torch.matmul(bf16.as_torch(A), bf16.as_torch(B_t).t(), out=bf16.as_torch(C))
 
 
 def check_cublas(ctx, M=1000, N=1000, K=1008) -> None:
@@ -235,58 +233,10 @@ def check_cublas(ctx, M=1000, N=1000, K=1008) -> None:
 
 # ------------------------------------------------------------------------------------------------ SASS
 
-def _fix_cubin(b: bytes) -> bytes:
-    """Some CuPy versions return NVRTC's CUBIN cut at its first NUL run (as a C string): pad the ELF image
-    back to the end of its header tables so cuobjdump can read it."""
-    import struct
-    b = bytearray(b)
-    if len(b) >= 64 and b[:4] == b"\x7fELF":
-        phoff, shoff = struct.unpack_from("<QQ", b, 0x20)
-        phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", b, 0x36)
-        need = max(phoff + phentsize * phnum, shoff + shentsize * shnum)
-        b += b"\0" * max(0, need - len(b))
-    return bytes(b)
-
-
-def cuda_tool(name: str) -> str:
-    """A CUDA binary (cuobjdump, nvdisasm): on PATH, in the CUDA toolkit, or from its nvidia-cuda-* wheel."""
-    found = shutil.which(name)
-    if found:
-        return found
-    if Path("/usr/local/cuda/bin", name).exists():
-        return str(Path("/usr/local/cuda/bin", name))
-    try:
-        import nvidia
-        for base in nvidia.__path__:
-            for p in Path(base).glob(f"*/bin/{name}"):
-                return str(p)
-    except ImportError:
-        pass
-    raise FileNotFoundError(f"{name} not found (install the CUDA toolkit or `pip install nvidia-cuda-{name}`)")
-
-
 def sass(rung: Rung) -> str:
     """The SASS of one rung, compiled by NVRTC for sm_90a (no GPU needed) and disassembled by cuobjdump."""
-    from cupy.cuda import nvrtc
-
-    from ..measure.compile import STD_OPTIONS, course_include_options, nvrtc_no_cache, read_source
-    source, name = read_source(rung.path)
-    prog = nvrtc.createProgram(source, name, [], [])
-    try:
-        nvrtc.compileProgram(prog, ["-arch=sm_90a", *STD_OPTIONS, *nvrtc_no_cache(), *course_include_options(),
-                                    *options(rung.macros)])
-        cubin = _fix_cubin(nvrtc.getCUBIN(prog))
-    finally:
-        nvrtc.destroyProgram(prog)
-    with tempfile.TemporaryDirectory() as d:
-        p = Path(d, "k.cubin")
-        p.write_bytes(cubin)
-        env = dict(os.environ, NVDISASM_PATH=str(Path(cuda_tool("nvdisasm")).parent))   # cuobjdump runs it
-        run = subprocess.run([cuda_tool("cuobjdump"), "-sass", str(p)], capture_output=True, text=True,
-                             timeout=120, env=env)
-        if run.returncode or "HGMMA" not in run.stdout and "Function" not in run.stdout:
-            raise RuntimeError(f"cuobjdump -sass failed on {rung.path}: {run.stderr.strip()[:300]}")
-        return run.stdout
+    from ..measure.compile import sass as compile_sass
+    return compile_sass(rung.path, "sm_90a", options(rung.macros))
 
 
 def sass_counts(text: str) -> dict[str, int]:
@@ -329,14 +279,21 @@ def benchmarks(ctx):
     for M, N, K in (QUICK_SHAPES if ctx.quick else BENCH_SHAPES):
         A, B_t = random_bf16((M, K)), random_bf16((N, K))
         C = cp.empty((M, N), dtype=cp.uint16)
-        base = None
-        if torch_ok:
-            base = bench(lambda: cublas_bf16(A, B_t, C), max_reps=50)
-            yield _record(ctx, "cublas_bf16", (M, N, K), base, None)
+        # each rung timed in alternation with cuBLAS (the clock drifts under sustained tensor load); the
+        # cuBLAS record pools its runs from every pair
+        timed, bases = [], []
+        reps = 50 if M * N * K <= 1 << 39 else 20
         for name, rung in rungs().items():
-            if torch_ok:     # the baseline again beside each rung: clocks drift under sustained tensor load
-                base = bench(lambda: cublas_bf16(A, B_t, C), max_reps=20)
-            t = bench(launcher(A, B_t, C, rung=rung), max_reps=50 if M * N * K <= 1 << 39 else 20)
+            if torch_ok:
+                ts = bench_interleaved({"rung": launcher(A, B_t, C, rung=rung),
+                                        "cublas": lambda: cublas_bf16(A, B_t, C)}, max_reps=reps)
+                timed.append((name, ts["rung"], ts["cublas"]))
+                bases.append(ts["cublas"])
+            else:
+                timed.append((name, bench(launcher(A, B_t, C, rung=rung), max_reps=reps), None))
+        if torch_ok:
+            yield _record(ctx, "cublas_bf16", (M, N, K), pooled(bases), None)
+        for name, t, base in timed:
             yield _record(ctx, name, (M, N, K), t, base)
         if torch_ok:
             ref = C.copy()

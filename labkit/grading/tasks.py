@@ -108,6 +108,15 @@ class KernelTask:
     # the source carries `// requires: sm_90a`); "sm_90a": wgmma, setmaxnreg (Hopper only; a GPU of another
     # compute capability gets "not graded", no points): see `runs_on`
     arch: str | None = None
+    # A kernel that writes more than one output (attention: O and its LSE): shape -> ((name, shape, dtype), ...),
+    # each output a GuardedOutput of its own (poison, canaries), the first one the task's out_shape / out_dtype
+    # (what a speed baseline writes). `launch` then gets {name: array} as its `out`, and `verify` takes the
+    # place of reference / rtol / atol: (inputs {name: (cupy array, kind)}, case) -> check, called BEFORE the
+    # launch (it computes the reference from the inputs as generated); check(outputs) -> None, or the text of
+    # what is wrong, where outputs is {name: array}, or one array (the first output: a baseline's).
+    outputs: Callable | None = None
+    verify: Callable | None = None
+    ref_bytes: Callable | None = None                # shape -> GPU bytes verify and check take at their peak
 
     @property
     def chapter(self) -> str:
@@ -164,6 +173,11 @@ class KernelTask:
     def case_seconds(self, shape, base: float) -> float:
         """The time limit of one case: `base` seconds, plus 2 s per GB the case moves (huge shapes)."""
         return base + 2.0 * self.bytes_moved(norm_shape(shape)) / 1e9
+
+
+class BaselineUnavailable(Exception):
+    """Raised by a task's speed_baseline that cannot run here (its library is not installed, or refuses the
+    inputs on this GPU): the speed is then "not measured", with the exception's text as the reason."""
 
 
 @dataclasses.dataclass

@@ -10,7 +10,9 @@ Order of work, each step reported to the parent as a `messages` dataclass:
 4. per case: inputs generated from the case seed and copied; the reference computed from them BEFORE the
    launch; one launch into a poisoned `measure.checks.GuardedOutput` (64 KiB canary pads); then the inputs
    must be unchanged (bit for bit), the canaries intact, every element written, the values within tolerance
-   (`measure.checks.compare`, host float64 for small outputs, GPU chunks for large ones);
+   (`measure.checks.compare`, host float64 for small outputs, GPU chunks for large ones); a task with several
+   outputs (`KernelTask.outputs`: attention's O and LSE) gets one guarded buffer per output and its own check
+   (`KernelTask.verify`, its reference computed before the launch too);
 5. speed (the speed case, when everything so far was right): every timed launch is re-poisoned before it
    runs, L2 flushed, timed with CUDA events, and its output and inputs checked afterwards; a time below
    the physical floor of the work (bytes / datasheet bandwidth, FLOPs / the task's datasheet peak) is an
@@ -22,6 +24,7 @@ parent ends this process, and its own CUDA context (the learner's notebook) is u
 """
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import traceback
@@ -222,12 +225,26 @@ def _fault_text(e) -> str:
 
 # ------------------------------------------------------------------------------------------ memory
 
+def _outputs_bytes(specs) -> int:
+    return sum(math.prod(s) * (2 if dt == "bfloat16" else np.dtype(dt).itemsize) for _, s, dt in specs)
+
+
 def case_memory(task, case, speed: bool = False) -> int:
     """Bytes of GPU memory one case needs at its peak: inputs and their pristine copies, the guarded
     output with its pads, the reference (on the GPU for large outputs, with the decoded inputs and the
     formula's temporaries) and the comparison's temporaries; the speed case adds the copy buffers and the
-    L2 flush buffer. Inputs are counted as bf16 (the most elements per byte). Plain arithmetic (no GPU)."""
+    L2 flush buffer. Inputs are counted as bf16 (the most elements per byte). Plain arithmetic (no GPU).
+    A task with several outputs (`outputs`) says what its verify takes (`ref_bytes`)."""
     shape = T.norm_shape(case.shape)
+    if getattr(task, "outputs", None) is not None:
+        specs = task.outputs(shape)
+        out_b = _outputs_bytes(specs)
+        moved = task.bytes_moved(shape)
+        in_b = max(0, moved - out_b)
+        extra = task.ref_bytes(shape) if task.ref_bytes is not None else 4 * (in_b + out_b) * task_ref_temps(task)
+        if speed:
+            extra += moved + (256 << 20)
+        return int(2 * in_b + 4096 * 4 + out_b + 2 * PAD_BYTES * len(specs) + SLACK + extra)
     out_e = task.elements(shape)
     out_b = out_e * task.out_itemsize()
     moved = task.bytes_moved(shape)
@@ -271,7 +288,9 @@ def case_atol(task, xp, decoded, case):
 
 def expected(task, ins, case):
     """(reference, atol): the reference as `reference` computes it, and the case's absolute tolerance from
-    the same decoded inputs."""
+    the same decoded inputs. A task with `verify`: (its check, None), the reference computed now."""
+    if getattr(task, "verify", None) is not None:
+        return task.verify(ins, case), None
     total = task.elements(case.shape)
     if total <= HOST_LIMIT:
         with np.errstate(all="ignore"):
@@ -292,12 +311,17 @@ def expected(task, ins, case):
 def check_values(task, guard, ref, atol=None):
     """None, or the checks.Mismatch naming the first wrong element of the output against `ref` (`atol`:
     the case's tolerance from `expected`; None: the task's own, when it is not a callable)."""
+    if getattr(task, "verify", None) is not None:
+        return ref(guard.array)
     atol = atol if atol is not None or callable(task.atol) else task.atol
     return check_array(task, guard.array, ref, atol, guard.shape, values=guard.values)
 
 
 def check_array(task, array, ref, atol, shape, values=None):
-    """None, or the checks.Mismatch of an output array of the task's dtype against `ref`."""
+    """None, or the checks.Mismatch of an output array of the task's dtype against `ref` (a task with
+    `verify`: what its check says of the array as the first output)."""
+    if getattr(task, "verify", None) is not None:
+        return ref(array)
     if isinstance(ref, np.ndarray):
         got = values(np) if values is not None else T.decode(array, _kind(task.out_dtype), np, np.float64)
         return compare(got, ref, dtype=task.out_dtype, rtol=task.rtol, atol=atol, shape=shape)
@@ -336,18 +360,43 @@ def _oom_text(case, ctx) -> str:
     return f"out of GPU memory for {case.label} once your module was loaded{mod}"
 
 
+class GuardedOutputs:
+    """The outputs of a task that writes several (`KernelTask.outputs`: attention's O and LSE), each a
+    GuardedOutput of its own (its own poison and canaries); `array` is {name: array}, what `launch` gets;
+    `shape` and `store` are the first output's."""
+
+    def __init__(self, specs, offset: int = 0):
+        self.guards = {name: GuardedOutput(tuple(shape), dtype, offset=offset) for name, shape, dtype in specs}
+        first = next(iter(self.guards.values()))
+        self.shape, self.store = first.shape, first.store
+        self.array = {name: g.array for name, g in self.guards.items()}
+
+    def problems(self) -> list[str]:
+        return [f"{name}: {p}" for name, g in self.guards.items() for p in g.problems()]
+
+    def poison(self) -> None:
+        for g in self.guards.values():
+            g.poison()
+
+
+def make_guard(task, case):
+    """The poisoned, canary-fenced output(s) of one case."""
+    if getattr(task, "outputs", None) is not None:
+        return GuardedOutputs(task.outputs(T.norm_shape(case.shape)), offset=task.out_offset(case.variant))
+    return GuardedOutput(tuple(task.out_shape(case.shape)), task.out_dtype, offset=task.out_offset(case.variant))
+
+
 def run_case(task, kernel, case, ctx, stage=lambda kind: None):
     """(status, detail, kept): kept = (arrays, guard, ref, ins, snap, atol) for the speed case when correct.
     `stage("case")` is called just before the learner's launch and `stage("check")` just after it: the
     grader's own work (inputs, reference, first-use compiles of CuPy's kernels on a cold machine, the
     comparison) runs under the grader's budget, not the learner's time limit."""
     import cupy as cp
-    out_shape = tuple(task.out_shape(case.shape))
     try:
         ins = task.inputs(case, T.Gen(case.seed))
         snap = snapshot(ins)
         ref, atol = expected(task, ins, case)                 # before the kernel can touch anything
-        guard = GuardedOutput(out_shape, task.out_dtype, offset=task.out_offset(case.variant))
+        guard = make_guard(task, case)
         cp.cuda.Device().synchronize()
     except cp.cuda.memory.OutOfMemoryError:
         return WRONG, _oom_text(case, ctx), None
@@ -404,7 +453,10 @@ def measure_speed(task, kernel, case, ctx, kept) -> SpeedDone:
     else:
         base_out = cp.empty(guard.shape, dtype=guard.store)
         run_base = lambda: task.speed_baseline(arrays, base_out, case)   # noqa: E731
-        copy1 = bench(run_base, max_reps=50, target_ms=200.0)
+        try:
+            copy1 = bench(run_base, max_reps=50, target_ms=200.0)
+        except T.BaselineUnavailable as e:
+            return SpeedDone("skipped", case.label, detail=f"not measured: {e}")
     if ctx.flusher is None:
         ctx.flusher = L2Flusher()
     stream = cp.cuda.get_current_stream()
@@ -462,6 +514,13 @@ def warm_up(task, ctx, speed: bool = False) -> None:
     ins = task.inputs(case, T.Gen(1))
     snap = snapshot(ins)
     changed_inputs(ins, snap)
+    if getattr(task, "verify", None) is not None:     # several outputs: the task's own check, on the poison
+        guard = make_guard(task, case)
+        guard.problems()
+        task.verify(ins, case)(guard.array)
+        guard.poison()
+        _warm_baseline(task, ctx, speed, ins, guard, case)
+        return
     shape = tuple(task.out_shape(case.shape))
     guard = GuardedOutput(shape, task.out_dtype)
     out_kind = _kind(task.out_dtype)
@@ -476,8 +535,17 @@ def warm_up(task, ctx, speed: bool = False) -> None:
     host, atol = expected(task, ins, case)
     compare(guard.values(np), host, dtype=task.out_dtype, rtol=task.rtol, atol=atol, shape=shape)
     guard.poison()
+    _warm_baseline(task, ctx, speed, ins, guard, case)
+
+
+def _warm_baseline(task, ctx, speed, ins, guard, case) -> None:
+    import cupy as cp
     if speed:
         ctx.flusher = L2Flusher()
         if task.speed_baseline is not None:       # the library's import and first call (cuBLAS handle)
-            task.speed_baseline({name: a for name, (a, _) in ins.items()}, cp.empty_like(guard.array), case)
+            try:
+                task.speed_baseline({name: a for name, (a, _) in ins.items()},
+                                    cp.empty(guard.shape, dtype=guard.store), case)
+            except T.BaselineUnavailable:
+                pass                              # the speed stage says so
     cp.cuda.Device().synchronize()

@@ -33,3 +33,10 @@ def from_bits(b):
 def round_trip(x):
     """x rounded to bf16 and back to float32: what a bf16 tensor of x holds."""
     return from_bits(to_bits(x))
+
+
+def as_torch(a):
+    """A torch bf16 view (zero copy) of a CuPy uint16 array of bf16 bit patterns."""
+    import cupy as cp
+    import torch
+    return torch.from_dlpack(a.view(cp.int16)).view(torch.bfloat16)   # int16: DLPack's surest 16-bit type

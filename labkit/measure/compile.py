@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import shutil
 import re
 from pathlib import Path
 
@@ -154,6 +155,25 @@ def kernel(path: str, name: str, options: tuple = ()):
     return load_kernel(path, name, options)
 
 
+def max_dynamic_smem() -> int:
+    """The most dynamic shared memory one block of this GPU may opt in to, in bytes."""
+    import cupy as cp
+    return int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["sharedMemPerBlockOptin"])
+
+
+def opt_in_shared_memory(k, smem: int, what: str):
+    """`k` allowed `smem` bytes of dynamic shared memory (above 48 KB a kernel must opt in), or a clear
+    error naming `what` when this GPU has less than that per block."""
+    from ..errors import KernelInputError
+    most = max_dynamic_smem()
+    if smem > most:
+        raise KernelInputError(f"{what} needs {smem:,} bytes of shared memory per block; this GPU allows "
+                               f"{most:,} (227 KB on H100/H200 and A100, 99 KB on sm_86/sm_89)")
+    if smem > 48 * 1024:
+        k.max_dynamic_shared_size_bytes = smem
+    return k
+
+
 # `__global__ void [__launch_bounds__(T, (BN == 128 ? 2 : 1))] [CLUSTER_ATTR] name(`: the name is the word before
 # the parameter list, past launch bounds with nested parentheses and attribute macros
 KERNEL_NAME = re.compile(r"__global__\s+(?:void\s+)?(?:__launch_bounds__\s*\((?:[^()]|\([^()]*\))*\)\s*)?"
@@ -248,9 +268,7 @@ def parse_ptxas(log: str, arch: str) -> PtxasReport:
 def compile_check(path_or_source, arch: str = "sm_90", options=()) -> PtxasReport:
     """Compile for `arch` with NVRTC (no GPU needed) and return ptxas' resource report."""
     source, name = read_source(path_or_source)
-    opts = [f"-arch={arch}", "-Xptxas=-v", *STD_OPTIONS, *nvrtc_no_cache(), *course_include_options(),
-            *options]
-    ok, log = _nvrtc_compile(source, name, opts)
+    ok, log = _nvrtc_compile(source, name, ["-Xptxas=-v", *_nvrtc_options(arch, options)])
     if not ok:
         raise KernelCompileError(format_compile_error(log, source, name))
     report = parse_ptxas(log, arch)
@@ -258,6 +276,12 @@ def compile_check(path_or_source, arch: str = "sm_90", options=()) -> PtxasRepor
         raise KernelCompileError(f"{name} [{arch}]: ptxas serialised wgmma, which quietly costs 2-3x: "
                                  + "; ".join(report.wgmma_serialized))
     return report
+
+
+def _nvrtc_options(arch: str, options=()) -> list[str]:
+    """NVRTC's options for a no-GPU compile for `arch`: the course's standard ones, a real compile (not one
+    served from NVRTC's disk cache), the course's and CUDA's headers, then the caller's."""
+    return [f"-arch={arch}", *STD_OPTIONS, *nvrtc_no_cache(), *course_include_options(), *options]
 
 
 @functools.lru_cache(maxsize=1)
@@ -292,6 +316,65 @@ def arch_options(source: str) -> tuple[str, ...]:
     """-arch for CuPy's compile of `source` on this GPU: sm_90a for a Hopper-only file (wgmma, setmaxnreg
     and TMA multicast exist only in the "a" target, which CuPy never picks by itself), else CuPy's own."""
     return ("-arch=sm_90a",) if hopper_only(source) else ()
+
+
+def _fix_cubin(b: bytes) -> bytes:
+    """Some CuPy versions return NVRTC's CUBIN cut at its first NUL run (as a C string): pad the ELF image
+    back to the end of its header tables so cuobjdump can read it."""
+    import struct
+    b = bytearray(b)
+    if len(b) >= 64 and b[:4] == b"\x7fELF":
+        phoff, shoff = struct.unpack_from("<QQ", b, 0x20)
+        phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", b, 0x36)
+        need = max(phoff + phentsize * phnum, shoff + shentsize * shnum)
+        b += b"\0" * max(0, need - len(b))
+    return bytes(b)
+
+
+def cuda_tool(name: str) -> str:
+    """A CUDA binary (cuobjdump, nvdisasm): on PATH, in the CUDA toolkit, or from its nvidia-cuda-* wheel."""
+    found = shutil.which(name)
+    if found:
+        return found
+    if Path("/usr/local/cuda/bin", name).exists():
+        return str(Path("/usr/local/cuda/bin", name))
+    try:
+        import nvidia
+        for base in nvidia.__path__:
+            for p in Path(base).glob(f"*/bin/{name}"):
+                return str(p)
+    except ImportError:
+        pass
+    raise FileNotFoundError(f"{name} not found (install the CUDA toolkit or `pip install nvidia-cuda-{name}`)")
+
+
+def sass(path_or_source, arch: str = "sm_90a", options=()) -> str:
+    """The SASS of a kernel source, compiled by NVRTC for `arch` (no GPU needed) and disassembled by cuobjdump
+    (which runs nvdisasm): what instructions the compiler really chose."""
+    import subprocess
+    import tempfile
+
+    from cupy.cuda import nvrtc
+    source, name = read_source(path_or_source)
+    prog = nvrtc.createProgram(source, name, [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, _nvrtc_options(arch, options))
+        except nvrtc.NVRTCError:
+            raise KernelCompileError(format_compile_error(nvrtc.getProgramLog(prog).rstrip("\x00"), source,
+                                                          name)) from None
+        cubin = _fix_cubin(nvrtc.getCUBIN(prog))
+    finally:
+        nvrtc.destroyProgram(prog)
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d, "k.cubin")
+        p.write_bytes(cubin)
+        env = dict(os.environ, NVDISASM_PATH=str(Path(cuda_tool("nvdisasm")).parent))   # cuobjdump runs it
+        run = subprocess.run([cuda_tool("cuobjdump"), "-sass", str(p)], capture_output=True, text=True,
+                             timeout=120, env=env)
+        if run.returncode or "Function" not in run.stdout:
+            raise RuntimeError(f"cuobjdump -sass failed on {name}: {run.stderr.strip()[:300]}")
+        return run.stdout
 
 
 def target_archs(source: str) -> tuple[str, ...]:

@@ -56,7 +56,13 @@ def kernel_names(chapter: str) -> set[str]:
 
 
 def driver(chapter: str) -> None:
-    """Run inside ncu: one pass of the chapter's benchmarks at their full shapes, each timed call once."""
+    """Run inside ncu: one pass of the chapter's benchmarks at their full shapes, each timed call once.
+    No memory pools: ncu saves and restores every live allocation around each replay pass of a profiled
+    kernel, and a pool keeps what a baseline once used (chapter 08's naive PyTorch attention leaves ~50 GB
+    cached) live; freed at once, a replay copies only the operands in use."""
+    import cupy as cp
+    cp.cuda.set_allocator(None)
+    cp.cuda.set_pinned_memory_allocator(None)
     ctx = Context(ceilings.measure(verbose=False), gpu_info(), quick=False)
     for _ in chapter_modules.module(chapter).benchmarks(ctx):
         pass
@@ -110,12 +116,12 @@ def readings(best: dict, chapter: str, now: str) -> list[dict]:
     return out
 
 
-def run(chapter: str, ncu: str | None = None, timeout: float = 240) -> list[dict]:
+def run(chapter: str, ncu: str | None = None, timeout: float = 420) -> list[dict]:
     ncu = ncu or shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
     names = sorted(kernel_names(chapter) | {PROFILE_MARKER})
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "records.jsonl")
-        env = dict(os.environ, LABKIT_PROFILE="1", LABKIT_PROFILE_LOG=log,
+        env = dict(os.environ, LABKIT_PROFILE="1", LABKIT_PROFILE_LOG=log, PYTORCH_NO_CUDA_MEMORY_CACHING="1",
                    PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
         cmd = [ncu, "--clock-control", "none", "--csv", "--page", "raw", "--print-units", "base",
                "--metrics", ",".join(METRICS), "--nvtx", "--nvtx-include", "labkit-timed/",

@@ -1,6 +1,7 @@
 """Chapter 08 kernel ladder (FlashAttention forward: fused SIMT, mma.sync, exp2 + conditional rescale,
-causal tile skipping, multi-stage K/V pipeline) on one GPU: check, time against torch SDPA's back ends
-and a naive torch attention, sweep the best rung's tile macros.
+causal tile skipping, multi-stage K/V pipeline, wide warps of 32 query rows and, on Hopper only, the
+wgmma/TMA rung 07) on one GPU: check, time against torch SDPA's back ends and a naive torch attention,
+sweep the tile macros of rungs 07, 06 and 05.
 
 Run from anywhere on a GPU machine (cupy, numpy, torch; labkit is not used):
 
@@ -13,7 +14,11 @@ printed last.
 Contract of every kernel: Q, K, V, O contiguous bf16 (B, H, S, d), LSE fp32 (B, H, S) natural log,
 scale 1/sqrt(d), causal = query i sees keys j <= i; entry(Q, K, V, O, LSE, int S, int causal), grid
 (ceil(S / BLOCK_M), B * H), block and dynamic shared memory from the file's launch_config kernel.
-FLOPs counted 4 B H S^2 d, halved for causal.
+Rung 07 (07_wgmma.cu, `// requires: sm_90a`) takes TMA tensor maps of Q, K, V instead of their pointers
+(its launch_config says so: out[8] = 1, box rows in out[9], out[10]); this script builds them (ctypes on
+libcuda's cuTensorMapEncodeTiled: Q, K, V viewed as (B H S) x d, 128-byte swizzle, boxes of 64 columns),
+compiles the file for sm_90a and leaves it out, with a line in the log, on any GPU but compute capability
+9.0. FLOPs counted 4 B H S^2 d, halved for causal.
 Steps:
  1. every rung (d = 128 and 64) and every sweep variant is compiled with cupy.RawModule ("-std=c++17",
     "-arch=sm_XY" of this GPU, "-I<repo>/kernels", -D macros) and first launched in a spawned child
@@ -37,8 +42,10 @@ Steps:
     else efficient: |o - sdpa| <= 2^-7 |sdpa| + 2^-5 (rms(sdpa) + rms of the row), the row term for
     the bf16-P rounding in either output) and the best rung is checked against fp32 on two heads of
     each timing shape;
- 3. the sweep of 05_pipelined.cu's macros (WARPS, BLOCK_N, STAGES, SWIZZLE, RESCALE_TAU) at
-    B=16 H=16 S=4096, d=128 (and a few at d=64), causal and not, within a guard.
+ 3. the sweep of a few of 07_wgmma.cu's macros (STAGES, BLOCK_N, OVERLAP, CONSUMERS; Hopper only), of
+    06_wide_warps.cu's (WARPS, BLOCK_N, SUB_N, STAGES, SWIZZLE, RESCALE_TAU) and a few of
+    05_pipelined.cu's (WARPS, BLOCK_N, STAGES) at B=16 H=16 S=4096, d=128 and d=64, causal and not,
+    within a guard.
 The whole script aims at well under 4 minutes (a global guard of 225 s trims what is left).
 FA08_KDIR overrides the kernel folder. FA08_SMOKE=1 runs the script's own logic on the CPU (no cupy,
 no torch, no GPU): the kernels are stood in for by a numpy emulation of their contract, shapes shrink,
@@ -91,9 +98,10 @@ RUNGS = [
     ("flash_exp2", "03_exp2.cu", "flash_exp2", {}),
     ("flash_causal_skip", "04_causal_skip.cu", "flash_causal_skip", {}),
     ("flash_pipelined", "05_pipelined.cu", "flash_pipelined", {}),
+    ("flash_wide", "06_wide_warps.cu", "flash_wide", {}),
+    ("flash_wgmma", "07_wgmma.cu", "flash_wgmma", {}),         # Hopper only (sm_90a)
 ]
-BEST = "flash_pipelined"
-BEST_FILE, BEST_ENTRY = "05_pipelined.cu", "flash_pipelined"
+HOPPER_ONLY = ("07_wgmma.cu",)
 
 
 def label_of(name, defs):
@@ -103,21 +111,41 @@ def label_of(name, defs):
 LADDER = [(label_of(n, dict(d, HEAD_DIM=hd)), f, e, dict(d, HEAD_DIM=hd))
           for hd in (128, 64) for (n, f, e, d) in RUNGS]
 
-# Sweep of the best rung: every configuration compiles for sm_80 and sm_90 with no spills (NVRTC).
-SWEEP_DEFS = [
-    dict(WARPS=8, BLOCK_N=64, STAGES=2), dict(WARPS=8, BLOCK_N=64, STAGES=3), dict(WARPS=8, BLOCK_N=64, STAGES=4),
-    dict(WARPS=8, BLOCK_N=32, STAGES=2), dict(WARPS=8, BLOCK_N=32, STAGES=3), dict(WARPS=8, BLOCK_N=32, STAGES=4),
-    dict(WARPS=4, BLOCK_N=64, STAGES=2), dict(WARPS=4, BLOCK_N=64, STAGES=3), dict(WARPS=4, BLOCK_N=32, STAGES=4),
-    dict(WARPS=6, BLOCK_N=64, STAGES=2), dict(WARPS=8, BLOCK_N=64, STAGES=2, SWIZZLE=0),
-    dict(WARPS=8, BLOCK_N=64, STAGES=2, RESCALE_TAU="0.0f"),
+# The sweeps: every configuration compiles for sm_80 and sm_90 with no spills (NVRTC 13.5).
+# 06: 32 query rows per warp; SUB_N = keys per softmax step (SUB_N=64 at d=128 spills: not listed).
+SWEEP06_DEFS = [
+    dict(WARPS=4, BLOCK_N=64, SUB_N=32, STAGES=2), dict(WARPS=4, BLOCK_N=64, SUB_N=32, STAGES=3),
+    dict(WARPS=4, BLOCK_N=128, SUB_N=32, STAGES=2), dict(WARPS=4, BLOCK_N=32, SUB_N=32, STAGES=2),
+    dict(WARPS=8, BLOCK_N=64, SUB_N=32, STAGES=2), dict(WARPS=8, BLOCK_N=64, SUB_N=32, STAGES=3),
+    dict(WARPS=4, BLOCK_N=64, SUB_N=32, STAGES=2, SWIZZLE=0),
+    dict(WARPS=4, BLOCK_N=64, SUB_N=32, STAGES=2, RESCALE_TAU="0.0f"),
 ]
-SWEEP_DEFS = [dict(d, HEAD_DIM=128) for d in SWEEP_DEFS] + [
-    dict(HEAD_DIM=64, WARPS=8, BLOCK_N=64, STAGES=3), dict(HEAD_DIM=64, WARPS=8, BLOCK_N=128, STAGES=2),
-    dict(HEAD_DIM=64, WARPS=8, BLOCK_N=128, STAGES=3), dict(HEAD_DIM=64, WARPS=4, BLOCK_N=128, STAGES=2),
+SWEEP06_DEFS = [dict(d, HEAD_DIM=128) for d in SWEEP06_DEFS] + [
+    dict(HEAD_DIM=64, WARPS=4, BLOCK_N=128, SUB_N=64, STAGES=2), dict(HEAD_DIM=64, WARPS=4, BLOCK_N=64, SUB_N=64, STAGES=2),
+    dict(HEAD_DIM=64, WARPS=8, BLOCK_N=128, SUB_N=64, STAGES=2), dict(HEAD_DIM=64, WARPS=4, BLOCK_N=128, SUB_N=32, STAGES=2),
+    dict(HEAD_DIM=64, WARPS=4, BLOCK_N=128, SUB_N=64, STAGES=3),
+]
+# 05: its default and the best of the 2026-12-01 sweep at each head dim (the rest of that sweep is in
+# flash-attention-sweep-2.log)
+SWEEP05_DEFS = [
+    dict(HEAD_DIM=128, WARPS=8, BLOCK_N=64, STAGES=2), dict(HEAD_DIM=128, WARPS=4, BLOCK_N=64, STAGES=2),
+    dict(HEAD_DIM=128, WARPS=4, BLOCK_N=64, STAGES=3), dict(HEAD_DIM=64, WARPS=8, BLOCK_N=128, STAGES=2),
+    dict(HEAD_DIM=64, WARPS=4, BLOCK_N=128, STAGES=2),
+]
+# 07 (Hopper): its defaults are in the ladder; here the ring depth, a wider key tile, the schedule without
+# the softmax/PV overlap, and at d=64 three consumer warpgroups and 192-key tiles (all compile for sm_90a
+# without spills or serialised wgmma; d=128 with three consumers does not fit and is not listed).
+SWEEP07_DEFS = [
+    dict(HEAD_DIM=128, STAGES=3), dict(HEAD_DIM=128, BLOCK_N=176), dict(HEAD_DIM=128, OVERLAP=0),
+    dict(HEAD_DIM=64, CONSUMERS=3), dict(HEAD_DIM=64, BLOCK_N=192),
 ]
 if SMOKE:
-    SWEEP_DEFS = SWEEP_DEFS[:3] + SWEEP_DEFS[-1:]
-SWEEP = [(label_of(BEST, d), BEST_FILE, BEST_ENTRY, d) for d in SWEEP_DEFS]
+    SWEEP06_DEFS = SWEEP06_DEFS[:2] + SWEEP06_DEFS[-1:]
+    SWEEP05_DEFS = SWEEP05_DEFS[:1]
+    SWEEP07_DEFS = SWEEP07_DEFS[:1]
+SWEEP = ([(label_of("flash_wgmma", d), "07_wgmma.cu", "flash_wgmma", d) for d in SWEEP07_DEFS]
+         + [(label_of("flash_wide", d), "06_wide_warps.cu", "flash_wide", d) for d in SWEEP06_DEFS]
+         + [(label_of("flash_pipelined", d), "05_pipelined.cu", "flash_pipelined", d) for d in SWEEP05_DEFS])
 
 
 def log(*a):
@@ -149,6 +177,8 @@ class Build:
     def __init__(self, label, fname, entry, defs, kern, cfg, regs, local_bytes, compile_s):
         self.label, self.fname, self.entry, self.defs, self.kern = label, fname, entry, dict(defs), kern
         self.BM, self.BN, self.threads, self.smem, self.head_dim, self.stages, self.warps, self.swizzle = cfg[:8]
+        # out[8] = 1: the kernel takes tensor maps of Q, K, V (rung 07), boxes of out[9] / out[10] rows
+        self.operands, self.q_box, self.kv_box = (list(cfg[8:11]) + [0, 0, 0])[:3]
         self.regs, self.local_bytes, self.compile_s = regs, local_bytes, compile_s
 
     def config(self):
@@ -190,9 +220,15 @@ class GpuBackend:
     # -- builds and launches
     def build(self, label, fname, entry, defs):
         cp = self.cp
-        opts = ("-std=c++17", f"-arch=sm_{self.cc}", f"-I{KDIR.parent}") + tuple(f"-D{k}={v}" for k, v in defs.items())
+        src = (KDIR / fname).read_text()
+        arch = f"sm_{self.cc}"
+        if "// requires: sm_90a" in src:
+            if str(self.cc) != "90":
+                raise RuntimeError(f"{fname} needs compute capability 9.0 (wgmma, TMA, setmaxnreg); this GPU is sm_{self.cc}")
+            arch = "sm_90a"
+        opts = ("-std=c++17", f"-arch={arch}", f"-I{KDIR.parent}") + tuple(f"-D{k}={v}" for k, v in defs.items())
         t = time.time()
-        mod = cp.RawModule(code=(KDIR / fname).read_text(), options=opts)
+        mod = cp.RawModule(code=src, options=opts)
         kern = mod.get_function(entry)                   # compiles (or loads CuPy's cached cubin)
         compile_s = time.time() - t
         out = cp.zeros(16, dtype=cp.int32)
@@ -213,7 +249,14 @@ class GpuBackend:
             if arr.data.ptr % 16:
                 raise ValueError(f"{b.label}: {nm} is not 16-byte aligned (contract)")
         grid, block = (-(-S // b.BM), B * H, 1), (b.threads, 1, 1)
-        args = (q, k, v, o, lse, np.int32(S), np.int32(1 if causal else 0))
+        if b.operands == 1:                      # rung 07: tensor maps of Q, K, V, viewed as (B H S) x d
+            if B * H * S >= 2 ** 31:
+                raise ValueError(f"{b.label}: B H S = {B * H * S} rows: the TMA coordinates are 32-bit signed")
+            maps = tuple(make_tmap(x.data.ptr, B * H * S, q.shape[-1], box)
+                         for x, box in ((q, b.q_box), (k, b.kv_box), (v, b.kv_box)))
+            args = maps + (o, lse, np.int32(S), np.int32(1 if causal else 0))
+        else:
+            args = (q, k, v, o, lse, np.int32(S), np.int32(1 if causal else 0))
         kern, smem = b.kern, b.smem
         return lambda: kern(grid, block, args, shared_mem=smem)
 
@@ -407,6 +450,40 @@ class GpuBackend:
         self.cp.get_default_memory_pool().free_all_blocks()
 
 
+# TMA tensor maps for rung 07 (ctypes on the driver's cuTensorMapEncodeTiled; no extra package)
+TMAP_DT = None
+
+
+def make_tmap(ptr, rows, cols, box_rows, box_cols=64):
+    """The tensor map of a row-major rows x cols bf16 array at device address ptr: 128-byte swizzle, zero
+    fill out of bounds, boxes of box_rows x box_cols. Returns a NumPy structured scalar (16 uint64), which
+    CuPy copies into the kernel's parameter buffer (`const __grid_constant__ TmaDesc`)."""
+    global TMAP_DT
+    import ctypes
+    import numpy as np
+    if TMAP_DT is None:
+        TMAP_DT = np.dtype([("w", np.uint64, (16,))])
+    if ptr % 16 or (cols * 2) % 16 or box_cols * 2 != 128 or not (1 <= box_rows <= 256):
+        raise ValueError(f"tensor map: ptr {ptr:#x}, {cols} columns, box {box_rows} x {box_cols}: not a "
+                         "16-byte aligned array with 128-byte rows of boxes")
+    lib = ctypes.CDLL("libcuda.so.1")
+    f = lib.cuTensorMapEncodeTiled
+    u32p, u64p = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64)
+    f.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
+                  ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    f.restype = ctypes.c_int
+    raw = np.zeros(24, dtype=np.uint64)
+    skip = (-raw.ctypes.data % 64) // 8                       # CUtensorMap is 64-byte aligned
+    rc = f(raw.ctypes.data + 8 * skip, 9, 2, ptr, (ctypes.c_uint64 * 2)(cols, rows), (ctypes.c_uint64 * 1)(cols * 2),
+           (ctypes.c_uint32 * 2)(box_cols, box_rows), (ctypes.c_uint32 * 2)(1, 1), 0, 3, 3, 0)
+    #      bf16 = 9, rank 2, interleave none, swizzle 128B = 3, L2 promotion 256B = 3, OOB fill none (zeros)
+    if rc != 0:
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed (CUresult {rc}): {rows} x {cols}, box {box_rows} x {box_cols}")
+    out = np.zeros(1, dtype=TMAP_DT)
+    out["w"][0] = raw[skip:skip + 16]
+    return out[0]
+
+
 def summarize(ts):
     q = lambda f: ts[min(len(ts) - 1, int(f * (len(ts) - 1) + 0.5))]
     med = ts[len(ts) // 2] if len(ts) % 2 else 0.5 * (ts[len(ts) // 2 - 1] + ts[len(ts) // 2])
@@ -453,8 +530,11 @@ class SmokeBackend(GpuBackend):
             os._exit(7)                          # a stand-in for a kernel that kills its process
         hd = int(defs.get("HEAD_DIM", 128))
         warps = int(defs.get("WARPS", 8 if fname.startswith("05") else 4))
-        bn = int(defs.get("BLOCK_N", 32 if fname.startswith("01") else 64))
-        bm = 32 if fname.startswith("01") else 16 * warps
+        bn = int(defs.get("BLOCK_N", 32 if fname.startswith("01") else
+                          (128 if fname.startswith("06") and hd == 64 else 64)))
+        bm = 32 if fname.startswith("01") else (32 if fname.startswith("06") else 16) * warps
+        if fname.startswith("07"):
+            bm, bn, warps = 64 * int(defs.get("CONSUMERS", 2)), int(defs.get("BLOCK_N", 128)), 4 * int(defs.get("CONSUMERS", 2))
         cfg = [bm, bn, 32 * warps, 1024 * 96, hd, int(defs.get("STAGES", 1)), warps, 1]
         np = self.np
         be = self
@@ -765,6 +845,13 @@ def main():
     out_json = outdir / "flash-attention.json"
 
     be = backend()
+    global LADDER, SWEEP
+    if str(be.cc) != "90":
+        for lst in (LADDER, SWEEP):
+            for it in [it for it in lst if it[1] in HOPPER_ONLY]:
+                log(f"skip {it[0]}: wgmma, TMA and setmaxnreg need compute capability 9.0 (Hopper); this GPU is sm_{be.cc}")
+        LADDER = [it for it in LADDER if it[1] not in HOPPER_ONLY]
+        SWEEP = [it for it in SWEEP if it[1] not in HOPPER_ONLY]
     res = dict(
         script="labs/results/logs/2026-12-01/flash-attention-sweep.py", smoke=SMOKE,
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -903,7 +990,7 @@ def main():
             be.free()
             save()
 
-        # ---- step 3: the sweep of the best rung ---------------------------------------------------------
+        # ---- step 3: the sweeps of rungs 07, 06 and 05 ------------------------------------------------------
         t_sweep = time.time()
         probs = {}
         for i, item in enumerate(SWEEP):
@@ -940,7 +1027,7 @@ def main():
                     if flash:
                         rec["x_flash"] = rec["tflops"] / flash["tflops"]
                     del ob, lb
-                    log(f"[sweep {i + 1:2d}/{len(SWEEP)}] {b.config():34s} {key}: regs {b.regs} "
+                    log(f"[sweep {i + 1:2d}/{len(SWEEP)}] {sweep_tag(dict(rec, kernel=label))[:52]:52s} {key}: regs {b.regs} "
                         f"{t['median_ms']:7.3f} ms {rec['tflops']:6.1f} TFLOP/s"
                         + (f" {rec['x_flash']:5.2f}x flash" if flash else "") + f" {'ok' if rec['ok'] else 'WRONG'}")
                 except Exception as e:
@@ -960,7 +1047,7 @@ def main():
         for r in res["sweep"]:
             if r.get("ok") and r.get("tflops") and not r.get("local_bytes"):
                 if r["shape"] not in best or r["tflops"] > best[r["shape"]]["tflops"]:
-                    best[r["shape"]] = dict(kernel=r["kernel"], config=r.get("config"), tflops=r["tflops"],
+                    best[r["shape"]] = dict(kernel=r["kernel"], config=sweep_tag(r), tflops=r["tflops"],
                                             median_ms=r["median_ms"], x_flash=r.get("x_flash"))
         res["best"] = best
         save()
@@ -974,6 +1061,13 @@ def main():
     finally:
         save()
         print_table(res, out_json)
+
+
+def sweep_tag(r):
+    """Rung, geometry and the macros the geometry does not show (SUB_N, RESCALE_TAU) of a sweep record."""
+    d = r.get("defs") or {}
+    extra = "".join(f" {k.lower()}={d[k]}" for k in ("SUB_N", "RESCALE_TAU") if k in d)
+    return f"{r['kernel'].split('[')[0].replace('flash_', '')} {r.get('config') or ''}{extra}"
 
 
 def print_table(res, out_json):
@@ -998,9 +1092,9 @@ def print_table(res, out_json):
         print(f"{k[:52]:52s} {shp:26s} {f(ms, '{:8.3f}'):>8s} {f(tf, '{:8.1f}'):>8s} {f(xf, '{:7.2f}x'):>8s} "
               f"{f(err, '{:8.1e}'):>8s} {ok}")
     if res["sweep"]:
-        print("\nsweep of the best rung:")
+        print("\nsweep of rungs 07 (wgmma), 06 (wide) and 05 (pipelined):")
         for r in sorted([r for r in res["sweep"] if r.get("tflops")], key=lambda r: (r["shape"], -r["tflops"])):
-            print(f"  {r.get('config', '')[:40]:40s} {r['shape']:26s} {r['median_ms']:8.3f} ms {r['tflops']:7.1f} "
+            print(f"  {sweep_tag(r)[:58]:58s} {r['shape']:26s} {r['median_ms']:8.3f} ms {r['tflops']:7.1f} "
                   f"{f(r.get('x_flash'), '{:6.2f}x'):>7s} regs {r.get('regs')} {'ok' if r.get('ok') else 'WRONG'}")
         for r in res["sweep"]:
             if not r.get("tflops"):
