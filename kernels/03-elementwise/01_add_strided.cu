@@ -31,21 +31,22 @@
 // So, for n = 2^26: stride 16 near the no-reuse bound of 1/16 of copy (each warp's 32 sectors are 1 KiB
 // of consecutive bytes, which DRAM streams well); strides 32 to 256 below it, falling as a warp's 32
 // sectors spread from 8 lines (stride 16) over 16 (stride 32) to 32 (stride 64 on): DRAM serves scattered
-// sectors worse than whole lines, and may fetch more than one sector per miss; stride 512 part of the way back (the L2 80% full of the sweep, with an
-// imperfect replacement policy and two L2 partitions); 1024 and beyond most of the way back, though not to
-// the naive kernel: DRAM traffic falls towards one pass, but L1 and L2 still handle 16 sector requests per
-// 64 useful bytes. The ladder's record, stride 32 at n = 2^28, fits nowhere near: at most 1/16 of copy,
-// about 6% (~250 GB/s, ~6 ms), roughly 8x slower than the naive kernel, and lower still for the reasons above.
+// sectors worse than whole lines, and may fetch more than one sector per miss; stride 512 part of the way
+// back (the L2 80% full of the sweep, with an imperfect replacement policy and two L2 partitions); 1024 and
+// beyond most of the way back, though not to the naive kernel: DRAM traffic falls towards one pass, but L1
+// and L2 still handle 16 sector requests per 64 useful bytes. The ladder's record, stride 32 at n = 2^28,
+// fits nowhere near: at most 1/16 of copy, about 6% (~250 GB/s, ~6 ms), roughly 8x slower than the naive
+// kernel, and lower still for the reasons above.
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "add_bf16"):
 //   strided at 268435456: 12.1180 ms, 133 GB/s, 3.1% of copy, 0.03x torch.add
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "add_bf16_stride"):
-//   stride_1 at 67108864: recorded by gpu-check
-//   stride_16 at 67108864: recorded by gpu-check
-//   stride_32 at 67108864: recorded by gpu-check
-//   stride_64 at 67108864: recorded by gpu-check
-//   stride_128 at 67108864: recorded by gpu-check
-//   stride_256 at 67108864: recorded by gpu-check
-//   stride_512 at 67108864: recorded by gpu-check
+//   stride_0001 at 67108864: recorded by gpu-check
+//   stride_0016 at 67108864: recorded by gpu-check
+//   stride_0032 at 67108864: recorded by gpu-check
+//   stride_0064 at 67108864: recorded by gpu-check
+//   stride_0128 at 67108864: recorded by gpu-check
+//   stride_0256 at 67108864: recorded by gpu-check
+//   stride_0512 at 67108864: recorded by gpu-check
 //   stride_1024 at 67108864: recorded by gpu-check
 //   stride_2048 at 67108864: recorded by gpu-check
 #include <cuda_bf16.h>
