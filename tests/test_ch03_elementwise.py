@@ -178,3 +178,22 @@ def test_the_compilers_records_degrade_to_log_lines(monkeypatch):
     assert ch03.compiled_bias_gelu(ctx, fake, x, b) == {}
     assert any("torch.compile of bias + GELU failed" in line and "no torch_compile record" in line for line in ctx.log)
     assert any("Triton bias + GELU skipped" in line for line in ctx.log)
+
+
+def test_a_triton_that_cannot_build_degrades_to_a_log_line(monkeypatch):
+    """Triton imports but its first launch fails (no working compiler for this GPU): no record, one line."""
+    fake = types.ModuleType("torch")
+    fake.nn = types.SimpleNamespace(functional=types.SimpleNamespace(gelu=lambda *a, **k: None))
+    fake.bfloat16 = "bf16"
+    fake.from_dlpack = lambda a: FakeTensor(a.shape)
+    fake.compile = lambda fn, **kw: (_ for _ in ()).throw(RuntimeError("no backend"))
+    monkeypatch.setattr(FakeTensor, "view", lambda self, dtype: self, raising=False)
+    monkeypatch.setattr(FakeTensor, "__getitem__", lambda self, k: self, raising=False)
+    monkeypatch.setitem(sys.modules, "torch", fake)
+
+    def cannot_build(*a, **k):
+        raise RuntimeError("PTX compilation failed")
+    monkeypatch.setattr(ch03, "triton_kernels", lambda: types.SimpleNamespace(bias_gelu_triton=cannot_build))
+    ctx = Log()
+    assert ch03.compiled_bias_gelu(ctx, fake, np.zeros((4, 8), np.uint16), np.zeros(8, np.uint16)) == {}
+    assert any("Triton bias + GELU could not run" in line and "no triton record" in line for line in ctx.log)

@@ -320,6 +320,12 @@ def compiled_bias_gelu(ctx, torch, x, b) -> dict:
     except ImportError as e:
         ctx.log.append(f"Triton bias + GELU skipped: {e}")
         return out
+    try:
+        tri.bias_gelu_triton(xt[:1], bt)                     # the first launch compiles the kernel
+        torch.cuda.synchronize()
+    except Exception as e:                                   # Triton installed, but it cannot build or launch here
+        ctx.log.append(f"Triton bias + GELU could not run ({type(e).__name__}: {str(e)[:200]}): no triton record")
+        return out
     run = lambda xt, bt, yt: tri.bias_gelu_triton(xt, bt, out=yt)   # noqa: E731
     for m, n in GELU_SHAPES:
         for large in (False, True):
