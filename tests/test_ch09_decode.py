@@ -10,6 +10,7 @@ import pytest
 
 from labkit.chapters import ch09
 from labkit.errors import KernelInputError
+from labkit.measure.context import Context
 from labkit.measure import bf16
 
 
@@ -323,19 +324,12 @@ def test_the_h200_sweep_runs_its_own_logic_on_the_cpu(mode, tmp_path):
 
 # --------------------------------------------------------------------------------------- GPU
 
-class _Ctx:
-    quick = True
-
-    def __init__(self):
-        self.log = []
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(ch09.rungs()))
 def test_each_rung_on_the_irregular_cases(name):
     """Lengths 0, 1, 7, 4097 and mixed in one batch, pages 16/64/256 with holes and shuffled pages, groups
     1/4/8, d 64/128, nsplit 1/3/16; poisoned, canary-padded outputs and workspace."""
-    ctx = _Ctx()
+    ctx = Context({}, {"sm_count": 0}, quick=True)
     ch09.check_all(ctx, names=[name])
     assert len(ctx.log) == len(ch09.CHECK_GD) * len(ch09.CHECK_CASES) * (3 if ch09.rungs()[name].splits else 1)
 
