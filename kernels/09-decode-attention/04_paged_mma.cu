@@ -11,13 +11,13 @@
 // (rung 3's cp.async ring with the block-table lookups a stage ahead), with its own online-softmax
 // state; the block merges the warps' states, then the splits are merged as in rung 2. Rows G..15 of
 // the tile are computed on zeros and dropped.
-// Macros: HEAD_DIM (64, 128), GROUP (1..8), WARPS (4), WKEYS (16 keys per warp per stage), STAGES (4).
+// Macros: HEAD_DIM (64, 128), GROUP (1..8), WARPS (8), WKEYS (16 keys per warp per stage), STAGES (3).
 // contract: q out bf16 (B,Hq,D), K V bf16 pages (num_pages,Hkv,P,D), block_table int32 (B,max_pages),
 //           seq_lens int32 (B) <= max_pages*P, P = 1 << pshift (16..256), lse fp32 (B,Hq) natural log,
 //           ws_o fp32 (B,Hq,nsplit,D), ws_lse fp32 (B,Hq,nsplit), nsplit in [1,1024], Hq = GROUP*Hkv,
 //           scale 1/sqrt(D)
 // Launch: decode_paged_mma grid (nsplit, Hkv, B), block 32 * WARPS, dynamic shared memory
-// (16 + STAGES x 2 x BK) x D x 2 bytes (132 KB at the defaults and d=128: raise the attribute); then,
+// (16 + STAGES x 2 x BK) x D x 2 bytes (196 KB at the defaults and d=128: raise the attribute); then,
 // if nsplit > 1, decode_merge grid (B * Hq), block HEAD_DIM. launch_config() writes the geometry.
 //
 // Prediction (H200: 4.19 TB/s copy, 132 SMs, 60 MB L2; Hq=32, Hkv=4, G=8, d=128, 32k context, P=16):
@@ -28,6 +28,8 @@
 // 32-64 (128-256 blocks of 512-1024 keys): each block pays one latency to fill its ring and the merge
 // adds ~2-3 us to ~20 us: 80-90% of the same-size copy. Against SDPA over gathered pages (the gather
 // alone reads and writes the KV once more): >= 3x. G=1: the same bandwidth (the MMA wastes 15 rows).
+// The defaults are the best build of the H200 sweep (labs/results/logs/2026-12-01/decode-attention-*):
+// the prediction above is for WARPS=4 STAGES=4; WARPS=8 STAGES=3 keeps 2 stages of 64 KB in flight, 128 KB.
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
 #endif
@@ -35,13 +37,13 @@
 #define GROUP 8
 #endif
 #ifndef WARPS
-#define WARPS 4
+#define WARPS 8
 #endif
 #ifndef WKEYS
 #define WKEYS 16
 #endif
 #ifndef STAGES
-#define STAGES 4
+#define STAGES 3
 #endif
 #ifndef SM_SCALE
 #define SM_SCALE (HEAD_DIM == 64 ? 0.125f : 0.08838834764831845f)   // 1 / sqrt(HEAD_DIM)

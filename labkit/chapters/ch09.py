@@ -92,7 +92,7 @@ class Rung:
 RUNGS = (Rung("one_block", "09-decode-attention/01_one_block_per_head.cu", "decode_one_block", "one"),
          Rung("split_kv", "09-decode-attention/02_split_kv.cu", "decode_split", "split"),
          Rung("paged", "09-decode-attention/03_paged.cu", "decode_paged", "paged"),
-         Rung("paged_mma", "09-decode-attention/04_paged_mma.cu", "decode_paged_mma", "paged"),
+         Rung("paged_mma", "09-decode-attention/04_paged_mma.cu", "decode_paged_mma", "paged", per_sm=1),
          Rung("fused_merge", "09-decode-attention/05_fused_merge.cu", "decode_fused", "fused", per_sm=1,
               split_align=16, max_splits=256))
 BEST = "paged_mma"
@@ -188,8 +188,8 @@ def split_range(length: int, nsplit: int, split: int, align: int = SPLIT_ALIGN) 
 def default_nsplit(B: int, Hkv: int, context: int, sms: int = 132, per_sm: int = 2,
                    max_splits: int = MAX_SPLITS) -> int:
     """Splits enough for about `per_sm` blocks per SM (B Hkv nsplit >= per_sm SMs), never chunks under 512 keys, at
-    most max_splits: 64 at batch 1 (Hkv 4, 32k keys, 132 SMs), 2 at batch 64; with one block per SM (rung 05, whose
-    136 KB of shared memory allow one) 33 at batch 1, every SM busy, and 1 at batch 64."""
+    most max_splits: 64 at batch 1 (Hkv 4, 32k keys, 132 SMs), 2 at batch 64; with one block per SM (rungs 04 and 05,
+    whose 196-200 KB of shared memory allow one) 33 at batch 1, every SM busy, and 1 at batch 64."""
     want = -(-per_sm * sms // max(1, B * Hkv))
     return int(max(1, min(want, -(-context // 512), max_splits)))
 
