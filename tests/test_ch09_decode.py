@@ -400,9 +400,9 @@ def test_fused_merge_leaves_its_counters_zero_and_repeats_bit_for_bit():
 @pytest.mark.gpu
 @pytest.mark.parametrize("G, d", [(8, 128), (1, 64)])
 def test_fused_merge_moves_its_table_window_along_a_long_split(G, d):
-    """A 64-entry window (BT_PAGES = 64, the smallest a 64-key stage allows): 4097 keys in pages of 16 or 64 are
-    257 or 65 pages, so splits of 1 and 3 move their window while the ring runs."""
-    rung = ch09.build(ch09.rungs()["fused_merge"], G, d, BT_PAGES=64)
+    """4 warps (64-key stages) and a 64-entry window (BT_PAGES = 64, the smallest a 64-key stage allows): 4097 keys
+    in pages of 16 or 64 are 257 or 65 pages, so splits of 1 and 3 move their window while the ring runs."""
+    rung = ch09.build(ch09.rungs()["fused_merge"], G, d, WARPS=4, STAGES=4, BT_PAGES=64)
     for lens, Hkv, page in (([4097], 2, 64), ([0, 1, 7, 16, 33, 300, 1000, 2049, 4097], 2, 16)):
         case = ch09.make_case(lens, Hkv, G, d, page, seed=21)
         for ns in (1, 3, 16):

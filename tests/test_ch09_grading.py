@@ -193,8 +193,8 @@ def merge_wrong(kind: str) -> str:
             "const float* L = lse + row * nsplit;", "")
     if kind == "zeros":
         return _edit(s, "out[row * D + c] = to_bf16(W > 0.f ? acc / W : 0.f);", "out[row * D + c] = 0;")
-    if kind == "no_guard":          # every split empty: e^(-inf - -inf) = NaN
-        return _edit(s, "const float mu = M == NEG_INF ? 0.f : M;", "const float mu = M;")
+    if kind == "no_guard":          # every split empty: W = 0 and out = 0 / 0 = NaN
+        return _edit(s, "to_bf16(W > 0.f ? acc / W : 0.f)", "to_bf16(acc / W)")
     if kind == "no_max":            # e^lse overflows at lse ~ 1e4
         return _edit(s, "const float mu = M == NEG_INF ? 0.f : M;", "const float mu = 0.f;")
     if kind == "past_out":
@@ -215,9 +215,8 @@ def paged_wrong(kind: str) -> str:
                      "    dec_load_q<GROUP, HEAD_DIM>(qr, q + row0 * HEAD_DIM, sub, SM_SCALE * LOG2E);\n"
                      "    const bool zero_out = true;\n").replace(
             "(bf16_t)(pack_bf16x2(W > 0.f ? acc / W : 0.f, 0.f) & 0xffffu)", "(bf16_t)(zero_out ? 0 : W)")
-    if kind == "no_guard":          # an empty sequence: every split empty, NaN from the merge
-        return _edit(s, "        const float mu = M == NEG_INF ? 0.f : M;\n        float W = 0.f;",
-                     "        const float mu = M;\n        float W = 0.f;")
+    if kind == "no_guard":          # an empty sequence: every split empty, W = 0 and out = 0 / 0 = NaN
+        return _edit(s, "pack_bf16x2(W > 0.f ? acc / W : 0.f, 0.f)", "pack_bf16x2(acc / W, 0.f)")
     if kind == "past_len":          # rows loaded past k1 (NaN rows no sequence owns), masked only in the softmax
         return _edit(s, "            if (ok[u]) {", "            if (key < ((k1 + 15) & ~15)) {")
     if kind == "gqa":               # query head h read as KV head h % Hkv (the interleaved mapping)

@@ -23,6 +23,10 @@
 // latency bound and 30-45% SIMT math bound as rung 1 at batch 64, now at batch 1 too: 25-40% of copy
 // (the merge and its launch add ~2-3 us to ~45 us), ~25x rung 1. Batch 64: as rung 1 (30-45%), nsplit
 // 2-4 evening out the 1.94 waves of 256 blocks. G=1: 50-65% (loads in flight).
+//
+// Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "decode_attention"):
+//   split_kv at 1x32x4x32768x128x0: 0.0527 ms, 1274 GB/s, 36.0% of copy, 0.53x SDPA contiguous
+//   split_kv at 64x32x4x32768x128x0: 2.3169 ms, 1854 GB/s, 43.5% of copy, 0.40x SDPA contiguous
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
 #endif

@@ -30,6 +30,12 @@
 // alone reads and writes the KV once more): >= 3x. G=1: the same bandwidth (the MMA wastes 15 rows).
 // The defaults are the best build of the H200 sweep (labs/results/logs/2026-12-01/decode-attention-*):
 // the prediction above is for WARPS=4 STAGES=4; WARPS=8 STAGES=3 keeps 2 stages of 64 KB in flight, 128 KB.
+//
+// Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "decode_attention"):
+//   paged_mma at 1x32x4x32768x128x16: 0.0291 ms, 2306 GB/s, 65.2% of copy, 5.46x SDPA over gathered pages
+//   paged_mma at 64x32x4x32768x128x16: 0.9537 ms, 4505 GB/s, 105.7% of copy, 9.35x SDPA over gathered pages
+//   paged_mma at 1x32x4x32768x128x64: 0.0277 ms, 2425 GB/s, 68.6% of copy, 5.71x SDPA over gathered pages
+//   paged_mma at 64x32x4x32768x128x64: 0.9451 ms, 4546 GB/s, 106.7% of copy, 9.44x SDPA over gathered pages
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
 #endif

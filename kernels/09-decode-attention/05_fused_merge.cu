@@ -44,6 +44,12 @@
 // and ~25 us from rung 4's best build (67%): batch 1 stays short of 85%, the ~7 us of start, drain and
 // imbalance are still there. Batch 64 (nsplit 1, no merge): rung 4's 98-102% of copy; the window costs
 // one L2 round per 16384 keys. The defaults are rung 4's best build (WARPS=8 STAGES=3): ~25 us there.
+//
+// Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "decode_attention"):
+//   fused_merge at 1x32x4x32768x128x16: 0.0293 ms, 2289 GB/s, 64.7% of copy, 5.43x SDPA over gathered pages
+//   fused_merge at 64x32x4x32768x128x16: 0.9601 ms, 4475 GB/s, 105.0% of copy, 9.29x SDPA over gathered pages
+//   fused_merge at 1x32x4x32768x128x64: 0.0291 ms, 2305 GB/s, 65.2% of copy, 5.44x SDPA over gathered pages
+//   fused_merge at 64x32x4x32768x128x64: 0.9531 ms, 4507 GB/s, 105.8% of copy, 9.36x SDPA over gathered pages
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
 #endif
