@@ -193,8 +193,9 @@ def merge_wrong(kind: str) -> str:
             "const float* L = lse + row * nsplit;", "")
     if kind == "zeros":
         return _edit(s, "out[row * D + c] = to_bf16(W > 0.f ? acc / W : 0.f);", "out[row * D + c] = 0;")
-    if kind == "no_guard":          # every split empty: W = 0 and out = 0 / 0 = NaN
-        return _edit(s, "to_bf16(W > 0.f ? acc / W : 0.f)", "to_bf16(acc / W)")
+    if kind == "no_guard":          # every split empty, no guard: w = e^(-inf - -inf) = NaN, lse = -inf + ln NaN
+        s = _edit(s, "const float mu = M == NEG_INF ? 0.f : M;", "const float mu = M;")
+        return _edit(s, "out_lse[row] = W > 0.f ? mu + logf(W) : NEG_INF;", "out_lse[row] = mu + logf(W);")
     if kind == "no_max":            # e^lse overflows at lse ~ 1e4
         return _edit(s, "const float mu = M == NEG_INF ? 0.f : M;", "const float mu = 0.f;")
     if kind == "past_out":
