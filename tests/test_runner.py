@@ -89,3 +89,15 @@ def test_nbval_keeps_each_notebook_in_one_worker(monkeypatch):
     # by default one notebook at a time: grade cells print speed verdicts that a shared GPU can flip
     default = nbval_command(["a.ipynb", "b.ipynb", "c.ipynb"])
     assert "-n" not in default and default[-3:] == ["a.ipynb", "b.ipynb", "c.ipynb"]
+
+
+def test_a_chapters_bench_rewrites_only_its_own_result_lines():
+    """gpu-check --chapter 03 rewrites the result lines of chapter 03's kernels only: another chapter's new
+    kernel, whose records only its own run makes, does not fail it."""
+    from labkit.paths import KERNELS
+    from labkit.runner.gpu_check import chapter_kernel_files
+    files = chapter_kernel_files(["03"])
+    assert files and all(f.parent.name.startswith("03-") and f.suffix == ".cu" for f in files)
+    assert set(files) == set((KERNELS / "03-elementwise").glob("*.cu"))
+    assert {f.parent.name[:2] for f in chapter_kernel_files(["03", "04"])} == {"03", "04"}
+    assert chapter_kernel_files(None) is None and chapter_kernel_files([]) is None

@@ -26,6 +26,13 @@
 // (of ~8), per tile no shuffles for l and almost no O rescale (64 FMULs per lane, ~1/4 of the scalar
 // work at d=128). Still one exposed K/V copy per tile. Expect +10-20% over 02: 170-250 TFLOP/s
 // non-causal; causal still half of that in counted TFLOP/s. Registers about as 02's (226-238 at d=128).
+//
+// Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "attention_fwd"):
+//   exp2 at 16x16x4096x128x0: 7.4906 ms, 293.6 TFLOP/s, 46.1% of mma, 0.84x SDPA flash
+//   exp2 at 16x16x4096x128x1: 7.5293 ms, 146.0 TFLOP/s, 22.9% of mma, 0.45x SDPA flash
+//   exp2 at 16x16x4096x64x0: 3.9055 ms, 281.5 TFLOP/s, 44.2% of mma, 0.93x SDPA flash
+//   exp2 at 16x16x4096x64x1: 4.0104 ms, 137.1 TFLOP/s, 21.5% of mma, 0.48x SDPA flash
+//   exp2 at 1x16x16384x128x0: 7.4886 ms, 293.6 TFLOP/s, 46.1% of mma, 0.84x SDPA flash
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
 #endif

@@ -22,6 +22,13 @@
 // 32.5 tiles per query tile, plus ~1/2 tile of masked work on the diagonal: causal time ~0.52x of
 // non-causal, i.e. counted causal TFLOP/s ~ 0.95x of the non-causal figure (which is 03's, unchanged:
 // 170-250 TFLOP/s). From ~half of 03's figure to 160-240 TFLOP/s causal.
+//
+// Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "attention_fwd"):
+//   causal_skip at 16x16x4096x128x0: 7.8169 ms, 281.3 TFLOP/s, 44.2% of mma, 0.83x SDPA flash
+//   causal_skip at 16x16x4096x128x1: 4.0176 ms, 273.7 TFLOP/s, 43.0% of mma, 0.85x SDPA flash
+//   causal_skip at 16x16x4096x64x0: 3.8005 ms, 289.3 TFLOP/s, 45.4% of mma, 0.96x SDPA flash
+//   causal_skip at 16x16x4096x64x1: 2.0480 ms, 268.4 TFLOP/s, 42.2% of mma, 0.95x SDPA flash
+//   causal_skip at 1x16x16384x128x0: 7.4424 ms, 295.5 TFLOP/s, 46.4% of mma, 0.84x SDPA flash
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
 #endif

@@ -30,6 +30,13 @@
 // heads) = 62 waves. Expect 330-400 TFLOP/s non-causal (52-63% of the 636 TFLOP/s roof; 0.9-1.1x SDPA
 // flash at 364), causal 290-370 (the diagonal tiles and the uneven blocks cost 5-10%); d=64: 250-330
 // (twice the softmax work per FLOP).
+//
+// Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "attention_fwd"):
+//   pipelined at 16x16x4096x128x0: 6.9507 ms, 316.4 TFLOP/s, 49.7% of mma, 0.90x SDPA flash
+//   pipelined at 16x16x4096x128x1: 3.7584 ms, 292.5 TFLOP/s, 45.9% of mma, 0.94x SDPA flash
+//   pipelined at 16x16x4096x64x0: 4.1731 ms, 263.5 TFLOP/s, 41.4% of mma, 0.87x SDPA flash
+//   pipelined at 16x16x4096x64x1: 2.3308 ms, 235.9 TFLOP/s, 37.0% of mma, 0.83x SDPA flash
+//   pipelined at 1x16x16384x128x0: 6.9084 ms, 318.3 TFLOP/s, 50.0% of mma, 0.89x SDPA flash
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
 #endif

@@ -377,6 +377,21 @@ def sass(path_or_source, arch: str = "sm_90a", options=()) -> str:
         return run.stdout
 
 
+@functools.lru_cache(maxsize=None)
+def python_kernels(rel: str):
+    """A Python kernel file under kernels/ (the Triton kernels of chapters 03 and 04) as a module, imported
+    by path: kernels/ is not a package. Raises ImportError where what the file imports (Triton, PyTorch) is
+    missing; a failed import is not cached, so a later call tries again."""
+    import importlib.util
+    path = KERNELS / rel
+    if not path.is_file():
+        raise FileNotFoundError(f"kernel source not found: {rel}")
+    spec = importlib.util.spec_from_file_location("labkit_kernels_" + re.sub(r"\W", "_", rel[:-3]), path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def target_archs(source: str) -> tuple[str, ...]:
     """Architectures a kernel file must compile for: sm_90a only for Hopper-only files, otherwise sm_80
     and sm_90."""

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .. import chapters as chapter_modules
 from ..measure.device import gpu_info, now_iso, require_gpu
-from ..paths import LABS, ROOT
+from ..paths import KERNELS, LABS, ROOT, chapter_dir
 from . import headers, profile, suite
 from .provenance import stamp
 from .results import put_profiles, put_records, results_path
@@ -68,8 +68,16 @@ def run_bench(chapters=None, quick: bool = False, path=None, save: bool = True) 
         return True, f"{len(records)} records (not saved)"
     path = Path(path) if path else results_path(gpu["slug"])
     put_records(path, gpu, ceilings, records)
-    changed = headers.refresh()
+    changed = headers.refresh(chapter_kernel_files(chapters))
     return True, f"{len(records)} records -> {_rel(path)}; result lines of {len(changed)} kernel files"
+
+
+def chapter_kernel_files(chapters=None) -> list[Path] | None:
+    """The kernel files whose result lines a bench of `chapters` rewrites: those chapters' own (a chapter's
+    new kernel shows records that only its own run makes); all kernel files when no chapter is named."""
+    if not chapters:
+        return None
+    return sorted(f for ch in chapters for f in chapter_dir(KERNELS, ch).glob("*.cu"))
 
 
 def run_profile(chapters=None) -> tuple[bool, str]:

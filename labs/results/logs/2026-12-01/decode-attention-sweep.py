@@ -1,20 +1,33 @@
 """Chapter 09 kernel ladder (decode attention over a KV cache: one block per (sequence, KV head) with the
 GQA group packed in the block, split-KV with a merge, a paged cache through a cp.async ring, the group as
-the M dimension of mma.sync) on one GPU: check, time against a same-size copy and torch SDPA, sweep.
+the M dimension of mma.sync, the merge inside the split kernel) on one GPU: check, time against a
+same-size copy and torch SDPA, sweep.
 
 Run from anywhere on a GPU machine (cupy, numpy, torch; labkit is not used):
 
-    python3 labs/results/logs/2026-12-01/decode-attention-sweep.py [OUTDIR]
+    python3 labs/results/logs/2026-12-01/decode-attention-sweep.py [OUTDIR]            # everything, < 4 min
+    python3 labs/results/logs/2026-12-01/decode-attention-sweep.py --batch1 [OUTDIR]   # rung 05, ~1.5 min
 
 OUTDIR defaults to $OUT, else the current directory; the results go to OUTDIR/decode-attention.json
-(rewritten after every phase, so a run cut short still leaves what it measured); a compact table is
-printed last.
+(--batch1: OUTDIR/decode-attention-batch1.json), rewritten after every phase, so a run cut short still
+leaves what it measured; a compact table is printed last.
+
+--batch1: the batch-1 fixed costs. Step 1 as below for rung 05 (every G, D; its STAGES / WARPS / WKEYS
+variants; BT_PAGES=64, whose table window moves along the long check splits; each check launched twice
+into re-poisoned outputs: the second must give the same bits and leave the counters zero) and for rung
+04 (G=8, D=128: the default and WARPS=8 STAGES=3, its best build at batch 1). Then at batch 1, pages
+of 16 and 64, and batch 64, pages of 16: the copy, SDPA (default dispatch, contiguous), rung 04 at
+NSPLIT 16/32/64 (batch 64: 1/2), its split kernel alone at its best NSPLIT (no decode_merge: what the
+merge launch costs; the output is not checked), rung 05 at NSPLIT 16/32/33/64 (batch 64: 1/2) and its
+variants at 32 and 33 (batch 64: 1); last, the fastest of each and the time 85% of copy needs.
 
 Contract of every kernel (see each file's header): q, out bf16 (B, Hq, D); lse fp32 (B, Hq) natural log;
 seq_lens int32 (B); Hq = G Hkv, query head h reads KV head h // G; scale 1/sqrt(D). Contiguous cache
-(rungs 01, 02): K, V bf16 (B, Hkv, Smax, D). Paged cache (03, 04): K, V pages (num_pages, Hkv, P, D),
+(rungs 01, 02): K, V bf16 (B, Hkv, Smax, D). Paged cache (03-05): K, V pages (num_pages, Hkv, P, D),
 block table int32 (B, max_pages), P = 2^pshift. Split rungs: workspace ws_o fp32 (B, Hq, nsplit, D),
-ws_lse fp32 (B, Hq, nsplit), decode_merge when nsplit > 1. Geometry from each file's launch_config.
+ws_lse fp32 (B, Hq, nsplit), decode_merge when nsplit > 1; rung 05 merges in the split kernel and takes
+counters int32 (B, Hkv), zeroed once here, which every launch must leave zero (checked with the canaries).
+Geometry from each file's launch_config.
 Steps:
  1. every rung at G = 1, 4, 8 and D = 128, 64 (and the sweep variants) is compiled with cupy.RawModule
     ("-std=c++17", "-arch=sm_XY", "-I<repo>/kernels", -D macros) and first launched in a spawned child
@@ -75,13 +88,16 @@ O_REL, O_ROW, O_SD = 2.0 ** -8, 2.0 ** -6, 2.0 ** -6
 LSE_ABS, LSE_REL = 1e-3, 2.0 ** -12
 HBM_DATASHEET = 4.8e12                       # H200, bytes/s: nothing may beat bytes / this
 
-# (label, file, entry point, kind): kind contig1 = no split, contig = split + merge, paged = split + merge
+# (label, file, entry point, kind): kind contig1 = no split, contig = split + merge, paged = split + merge,
+# fused = paged split with the merge in the same kernel (counters (B, Hkv) int32, zero at every launch)
 RUNGS = [
     ("one_block", "01_one_block_per_head.cu", "decode_one_block", "contig1"),
     ("split_kv", "02_split_kv.cu", "decode_split", "contig"),
     ("paged", "03_paged.cu", "decode_paged", "paged"),
     ("paged_mma", "04_paged_mma.cu", "decode_paged_mma", "paged"),
+    ("fused_merge", "05_fused_merge.cu", "decode_fused", "fused"),
 ]
+PAGED_KINDS = ("paged", "fused")             # fused: paged, split, merge in the split kernel, counters
 BEST = "paged_mma"
 CHECK_GD = [(8, 128), (4, 128), (1, 128), (8, 64), (4, 64), (1, 64)]
 # check cases: (sequence lengths, Hkv, page size)
@@ -92,20 +108,35 @@ HQ, HKV, HD, CTX = 32, 4, 128, 32768
 TIME_B = [1, 64]
 PAGES = [16, 64, 256]
 NSPLITS = {1: [16, 32, 64, 128], 64: [1, 2, 4, 8]}
+EXTRA_NSPLITS = {("fused_merge", 1): [33]}   # 33 x 4 KV heads = 132 blocks: one per SM
 SWEEP_DEFS = {                                # variants of the G=8, D=128 builds (defaults left out)
     "one_block": [dict(WARPS=2)],
     "split_kv": [dict(WARPS=2), dict(UNROLL=1)],
     "paged": [dict(STAGES=2), dict(STAGES=4), dict(WARPS=8)],
     "paged_mma": [dict(STAGES=2), dict(STAGES=3), dict(STAGES=6), dict(WARPS=2, STAGES=6), dict(WARPS=8, STAGES=2),
                   dict(WARPS=8, STAGES=3), dict(WKEYS=32, STAGES=2), dict(WKEYS=32, STAGES=3)],
+    "fused_merge": [dict(STAGES=3), dict(WARPS=8, STAGES=3), dict(WKEYS=32, STAGES=3)],
 }
+# --batch1: rung 05's variants (timed) and check-only builds, rung 04's builds, NSPLIT per batch
+B1_VARIANTS = [dict(STAGES=3), dict(STAGES=6), dict(WARPS=8, STAGES=3), dict(WKEYS=32, STAGES=3)]
+B1_CHECK_ONLY = [dict(BT_PAGES=64)]
+B1_OLD = [dict(), dict(WARPS=8, STAGES=3)]
+B1_NSPLITS = {"old": {1: [16, 32, 64], 64: [1, 2]}, "new": {1: [16, 32, 33, 64], 64: [1, 2]},
+              "variant": {1: [32, 33], 64: [1]}}
+B1_SHAPES = [(1, 16), (1, 64), (64, 16)]
+B1_GUARD_S = 150.0
 if SMOKE:
     CHECK_GD = [(8, 128), (1, 64)]
     CHECK_CASES = [([1], 2, 16), ([7, 0, 40], 1, 16), ([97], 2, 64)]
     HQ, HKV, CTX = 16, 2, 512
     TIME_B = [1, 3]
     NSPLITS = {1: [4, 8], 3: [1, 2]}
-    SWEEP_DEFS = {"split_kv": [dict(WARPS=2)], "paged_mma": [dict(STAGES=2), dict(WARPS=8, STAGES=3)]}
+    SWEEP_DEFS = {"split_kv": [dict(WARPS=2)], "paged_mma": [dict(STAGES=2), dict(WARPS=8, STAGES=3)],
+                  "fused_merge": [dict(STAGES=3)]}
+    EXTRA_NSPLITS = {("fused_merge", 1): [3]}
+    B1_VARIANTS, B1_CHECK_ONLY = [dict(STAGES=3)], [dict(BT_PAGES=64)]
+    B1_NSPLITS = {"old": {1: [4, 8], 3: [1, 2]}, "new": {1: [4, 8, 3], 3: [1, 2]}, "variant": {1: [8], 3: [1]}}
+    B1_SHAPES = [(1, 16), (1, 64), (3, 16)]
 
 
 def label_of(name, defs):
@@ -286,20 +317,27 @@ class Build:
 
 
 class Bufs:
-    """Poisoned outputs with canaries: out (bf16 bits), lse, ws_o, ws_lse (fp32 bits)."""
+    """Poisoned outputs with canaries: out (bf16 bits), lse, ws_o, ws_lse (fp32 bits); and the counters
+    (B, Hkv) int32 of the fused rung, zeroed once: a launch must leave them zero (checked with the canaries)."""
 
-    def __init__(self, be, B, Hq, D, nsplit):
+    def __init__(self, be, B, Hq, D, nsplit, Hkv=1):
         self.n_o, self.n_l = B * Hq * D, B * Hq
         self.n_wo, self.n_wl = B * Hq * max(nsplit, 1) * D, B * Hq * max(nsplit, 1)
         self.ob = be.poisoned(self.n_o, 16)
         self.lb = be.poisoned(self.n_l, 32)
         self.wob = be.poisoned(self.n_wo, 32)
         self.wlb = be.poisoned(self.n_wl, 32)
+        self.cnt = be.zeros_i32(B * Hkv)
+
+    def repoison(self):
+        """out and lse poisoned again (canaries kept): a second launch must write every element again."""
+        self.ob[FRONT:FRONT + self.n_o] = O_POISON
+        self.lb[FRONT:FRONT + self.n_l] = F_POISON
 
     def canary_ok(self, be):
-        return all(be.canaries_intact(buf, n, bits) for buf, n, bits in
-                   ((self.ob, self.n_o, 16), (self.lb, self.n_l, 32), (self.wob, self.n_wo, 32),
-                    (self.wlb, self.n_wl, 32)))
+        return be.all_zero(self.cnt) and all(be.canaries_intact(buf, n, bits) for buf, n, bits in
+                                             ((self.ob, self.n_o, 16), (self.lb, self.n_l, 32),
+                                              (self.wob, self.n_wo, 32), (self.wlb, self.n_wl, 32)))
 
 
 class GpuBackend:
@@ -333,7 +371,7 @@ class GpuBackend:
         t = time.time()
         mod = cp.RawModule(code=(KDIR / fname).read_text(), options=opts)
         kern = mod.get_function(entry)
-        merge = mod.get_function("decode_merge") if kind != "contig1" else None
+        merge = mod.get_function("decode_merge") if kind in ("contig", "paged") else None
         compile_s = time.time() - t
         out = cp.zeros(16, dtype=cp.int32)
         mod.get_function("launch_config")((1,), (1,), (out,))
@@ -353,8 +391,9 @@ class GpuBackend:
             self._cp[key] = self.cp.from_dlpack(x.detach())
         return self._cp[key]
 
-    def decode_fn(self, b, prob, bufs, nsplit):
-        """A zero-argument launch of build b on prob (nsplit splits; rung 01: 1) into bufs."""
+    def decode_fn(self, b, prob, bufs, nsplit, split_only=False):
+        """A zero-argument launch of build b on prob (nsplit splits; rung 01: 1) into bufs; split_only: the
+        split kernel without decode_merge (out and lse left unwritten)."""
         np, c = self.np, self.c
         if prob.D != b.head_dim or prob.G != b.group:
             raise ValueError(f"{b.label}: problem G{prob.G} d{prob.D} != build G{b.group} d{b.head_dim}")
@@ -369,13 +408,17 @@ class GpuBackend:
             grid = (nsplit, prob.Hkv, prob.B)
             args = (c(prob.q), c(prob.K), c(prob.V), c(prob.lens), c(o), c(l), c(wo), c(wl), i32(prob.Hkv),
                     i32(prob.Smax), i32(nsplit))
+        elif b.kind == "fused":
+            grid = (nsplit, prob.Hkv, prob.B)
+            args = (c(prob.q), c(prob.Kp), c(prob.Vp), c(prob.bt), c(prob.lens), c(o), c(l), c(wo), c(wl),
+                    c(bufs.cnt), i32(prob.Hkv), i32(prob.pshift), i32(prob.max_pages), i32(nsplit))
         else:
             grid = (nsplit, prob.Hkv, prob.B)
             args = (c(prob.q), c(prob.Kp), c(prob.Vp), c(prob.bt), c(prob.lens), c(o), c(l), c(wo), c(wl),
                     i32(prob.Hkv), i32(prob.pshift), i32(prob.max_pages), i32(nsplit))
         margs = (c(wo), c(wl), c(o), c(l), i32(nsplit))
         kern, merge, smem, mg, mb = b.kern, b.merge, b.smem, (prob.B * prob.Hq,), (b.merge_threads,)
-        if b.kind == "contig1" or nsplit == 1:
+        if b.kind in ("contig1", "fused") or nsplit == 1 or split_only:
             return lambda: kern(grid, block, args, shared_mem=smem)
 
         def fn():
@@ -406,6 +449,12 @@ class GpuBackend:
     def canaries_intact(self, buf, n, bits):
         can = O_CANARY if bits == 16 else F_CANARY
         return bool((buf[:FRONT] == can).all()) and bool((buf[FRONT + n:] == can).all())
+
+    def zeros_i32(self, n):
+        return self.torch.zeros((n,), dtype=self.torch.int32, device="cuda")
+
+    def all_zero(self, buf):
+        return int((buf != 0).sum()) == 0
 
     def out_host(self, bufs, B, Hq, D, seqs=None):
         np = self.np
@@ -517,6 +566,17 @@ class GpuBackend:
         k, buf, n, sink = self._flush
         k((self.sms * 8,), (256,), (buf, np.int64(n), sink))
 
+    def read_fn(self, p):
+        """One launch that reads every KV byte once with 16-byte loads and writes nothing (the L2 flush's
+        kernel on the cache): the floor of a single read-only pass over those bytes."""
+        np = self.np
+        if self._flush is None:
+            self.flush_l2()
+        k, _, _, sink = self._flush
+        src = self.c(p.kv)
+        n = src.nbytes // 16
+        return lambda: k((self.sms * 8,), (256,), (src, np.int64(n), sink))
+
     def bench(self, fn, runs=RUNS, warmup=WARMUP):
         cp = self.cp
         for _ in range(warmup):
@@ -588,8 +648,8 @@ class SmokeBackend(GpuBackend):
             os._exit(7)                          # a stand-in for a kernel that kills its process
         g, d = int(defs.get("GROUP", 8)), int(defs.get("HEAD_DIM", 128))
         w = int(defs.get("WARPS", 4))
-        cfg = [32 * w, 1024 * 96 if kind == "paged" else 0, d, g, 64, int(defs.get("STAGES", 3)), w, 0, d,
-               int(kind == "paged")]
+        cfg = [32 * w, 1024 * 96 if kind in PAGED_KINDS else 0, d, g, 64, int(defs.get("STAGES", 3)), w, 0,
+               0 if kind == "fused" else d, int(kind in PAGED_KINDS)]
         return Build(label, fname, entry, kind, defs, None, None, cfg, 100, 0, 0.0)
 
     def _states(self, q, K, V, lens, G, b, k0, k1):
@@ -608,7 +668,7 @@ class SmokeBackend(GpuBackend):
             lse[h] = m + np.log(w.sum())
         return o, lse
 
-    def decode_fn(self, b, prob, bufs, nsplit):
+    def decode_fn(self, b, prob, bufs, nsplit, split_only=False):
         np = self.np
         if prob.D != b.head_dim or prob.G != b.group:
             raise ValueError(f"{b.label}: problem G{prob.G} d{prob.D} != build G{b.group} d{b.head_dim}")
@@ -623,7 +683,7 @@ class SmokeBackend(GpuBackend):
             l_all = np.zeros((prob.B, prob.Hq), np.float32)
             for s_b in range(prob.B):
                 n = min(int(lens[s_b]) + extra, prob.Smax)
-                if b.kind == "paged":                       # read the pool through the table only
+                if b.kind in PAGED_KINDS:                   # read the pool through the table only
                     K = np.zeros((prob.Hkv, n, prob.D), np.float32)
                     V = np.zeros_like(K)
                     for key0 in range(0, n, prob.P):
@@ -648,6 +708,8 @@ class SmokeBackend(GpuBackend):
                             r = (s_b * prob.Hq + h) * nsplit + sp
                             bufs.wob[FRONT + r * prob.D:FRONT + (r + 1) * prob.D] = o[h].view(np.int32)
                             bufs.wlb[FRONT + r] = l[h:h + 1].view(np.int32)[0]
+            if nsplit > 1 and split_only:                   # no merge: out and lse stay as they were
+                return
             if nsplit > 1:                                  # the merge, from the workspace
                 wo = bufs.wob[FRONT:FRONT + bufs.n_wo].view(np.float32).reshape(prob.B, prob.Hq, nsplit, prob.D)
                 wl = bufs.wlb[FRONT:FRONT + bufs.n_wl].view(np.float32).reshape(prob.B, prob.Hq, nsplit)
@@ -710,6 +772,10 @@ class SmokeBackend(GpuBackend):
         dst = np.empty_like(p.kv)
         return lambda: np.copyto(dst, p.kv)
 
+    def read_fn(self, p):
+        np = self.np
+        return lambda: np.bitwise_xor.reduce(p.kv.reshape(-1).view(np.uint16))
+
     def sdpa_fn(self, p, backend, gather=False):
         if backend == "cudnn":
             raise RuntimeError("stand-in: this back end refuses (as a real one may)")
@@ -757,6 +823,12 @@ class SmokeBackend(GpuBackend):
         can = O_CANARY if bits == 16 else F_CANARY
         return bool((buf[:FRONT] == can).all() and (buf[FRONT + n:] == can).all())
 
+    def zeros_i32(self, n):
+        return self.np.zeros(n, dtype=self.np.int32)
+
+    def all_zero(self, buf):
+        return int((buf != 0).sum()) == 0
+
 
 _be = []
 
@@ -780,11 +852,20 @@ def check_build(be, b, cases):
             cases[key] = DevCase(be, hc)
         dc = cases[key]
         for ns in nsplits:
-            bufs = Bufs(be, dc.B, dc.Hq, dc.D, ns)
-            be.decode_fn(b, dc, bufs, ns)()
+            bufs = Bufs(be, dc.B, dc.Hq, dc.D, ns, dc.Hkv)
+            fn = be.decode_fn(b, dc, bufs, ns)
+            fn()
             be.sync()
             o, l = be.out_host(bufs, dc.B, dc.Hq, dc.D)
             r = evaluate(o, l, dc.host.ref, bufs.canary_ok(be))
+            if b.kind == "fused":                  # again into poisoned outputs: the counters were reset
+                bufs.repoison()
+                fn()
+                be.sync()
+                o2, l2 = be.out_host(bufs, dc.B, dc.Hq, dc.D)
+                same = o2.tobytes() == o.tobytes() and l2.tobytes() == l.tobytes()
+                r["repeat_ok"] = same and bufs.canary_ok(be)
+                r["ok"] = r["ok"] and r["repeat_ok"]
             r.update(lens=lens, Hkv=Hkv, page=P, nsplit=ns)
             out.append(r)
     return out
@@ -898,15 +979,212 @@ def run_preflight(items, workdir, while_waiting=None):
 
 
 # ----------------------------------------------------------------------------------------------------
+# Timing records (both modes)
+# ----------------------------------------------------------------------------------------------------
+def time_build(be, res, get_build, it, prob, ns, ref, seqs, where, P, split_only=False):
+    """One timed record of build `it` on prob at nsplit ns, its output checked on `seqs` (split_only: the split
+    kernel alone, its output not checked: ok None)."""
+    label, fname = it[0], it[1]
+    rec = dict(kernel=label, file=fname, where=where + (" no merge" if split_only else ""), B=prob.B, page=P,
+               nsplit=ns, bytes=prob.kv_bytes)
+    try:
+        b = get_build(it)
+        rec.update(config=b.config(), regs=b.regs, local_bytes=b.local_bytes)
+        bufs = Bufs(be, prob.B, prob.Hq, prob.D, ns, prob.Hkv)
+        fn = be.decode_fn(b, prob, bufs, ns, split_only=split_only)
+        t = be.bench(fn)
+        ms = t["median_ms"]
+        rec.update(t, gbps=prob.kv_bytes / (ms * 1e-3) / 1e9,
+                   below_floor=ms * 1e-3 < prob.kv_bytes / HBM_DATASHEET)
+        if split_only:
+            rec.update(ok=False if rec["below_floor"] else None, split_only=True)
+        else:
+            o, l = be.out_host(bufs, prob.B, prob.Hq, prob.D, seqs)
+            chk = evaluate(o, l, ref, bufs.canary_ok(be))
+            rec.update(check=chk, ok=chk["ok"] and not rec["below_floor"])
+        del bufs
+    except Exception as e:
+        rec["error"] = repr(e)[:1000]
+        log(f"{rec['kernel']} {where} FAILED: {e!r}"[:400])
+        if be.sticky_error():
+            res["errors"].append(dict(where=f"{rec['kernel']} {where}", error="CUDA context lost"))
+            raise
+    return rec
+
+
+def annotate(rec, base):
+    if rec.get("gbps") and base.get("copy_gbps"):
+        rec["pct_copy"] = 100.0 * rec["gbps"] / base["copy_gbps"]
+    for k in ("sdpa_ms", "gather_ms"):
+        if rec.get("median_ms") and base.get(k):
+            rec["x_" + k[:-3]] = base[k] / rec["median_ms"]
+
+
+def show(rec):
+    if "median_ms" in rec:
+        ok = "unchecked" if rec.get("ok") is None else ("ok" if rec.get("ok") else "WRONG")
+        x = lambda k: f"{rec[k]:5.2f}x" if rec.get(k) else "    - "
+        log(f"{rec['kernel'][:46]:46s} {rec['where']:14s} ns {rec['nsplit']:3d}: {rec['median_ms']:8.4f} ms "
+            f"{rec['gbps']:7.0f} GB/s {rec.get('pct_copy', 0):5.1f}% copy "
+            f"{x('x_sdpa')} sdpa {x('x_gather')} gather {ok}")
+
+
+# ----------------------------------------------------------------------------------------------------
+# --batch1: rung 05 against rung 04 where the fixed costs decide
+# ----------------------------------------------------------------------------------------------------
+def run_batch1(be, res, save, outdir):
+    g8 = dict(GROUP=8, HEAD_DIM=128)
+    new = [item("fused_merge", dict(GROUP=g, HEAD_DIM=d)) for g, d in CHECK_GD]
+    new_default = item("fused_merge", g8)
+    variants = [item("fused_merge", dict(g8, **v)) for v in B1_VARIANTS]
+    check_only = [item("fused_merge", dict(g8, **v)) for v in B1_CHECK_ONLY]
+    old = [item("paged_mma", dict(g8, **v)) for v in B1_OLD]
+    items = new + variants + check_only + old
+    builds, todo = {}, [it for it in [new_default] + variants + old]
+
+    def compile_next():                      # the timed builds, while the child checks
+        if not todo or time.time() - T0 > B1_GUARD_S - 60:
+            return False
+        it = todo.pop(0)
+        try:
+            builds[it[0]] = be.build(*it)
+        except Exception as e:
+            builds[it[0]] = e
+        return True
+
+    t_pre = time.time()
+    pre = run_preflight(items, outdir, while_waiting=compile_next)
+    res["preflight"] = pre
+    log(f"preflight done in {time.time() - t_pre:.1f} s: {sum(1 for r in pre.values() if r.get('ok'))} "
+        f"of {len(pre)} builds correct")
+    save()
+
+    def get_build(it):
+        b = builds.get(it[0])
+        if b is None:
+            b = builds[it[0]] = be.build(*it)
+        if isinstance(b, Exception):
+            raise b
+        return b
+
+    def passed(it):
+        p = pre.get(it[0], {})
+        if not (p.get("ok") and not p.get("fault")):
+            log(f"skip {it[0]}: {p.get('error', 'failed the preflight')[:200]}")
+            return False
+        return True
+
+    bases = res["bases"] = {}
+    prob, res["merge_cost"] = None, []
+    for B, P in B1_SHAPES:
+        if time.time() - T0 > B1_GUARD_S:
+            log(f"guard: B{B} p{P} and what follows skipped")
+            break
+        try:
+            if prob is not None and prob.B == B:
+                prob = be.timing_problem(B, P, reuse=prob)
+            else:
+                prob = None
+                be.free()
+                prob = be.timing_problem(B, P)
+                seqs = sorted({0, B - 1})
+                hq, hk, hv = be.host_seqs(prob, seqs)
+                ref = reference(hq, hk, hv, [CTX] * B, prob.G, seqs)
+                base = bases[B] = dict(B=B, bytes=prob.kv_bytes)
+                t = be.bench(be.copy_fn(prob))
+                base["copy_gbps"] = 2 * prob.kv_bytes / (t["median_ms"] * 1e-3) / 1e9
+                res["baselines"].append(dict(kernel="cupy_copy", B=B, bytes=prob.kv_bytes, gbps=base["copy_gbps"], **t))
+                log(f"copy of the KV bytes at B={B}: {t['median_ms']:.4f} ms, {base['copy_gbps']:.0f} GB/s; 85% of "
+                    f"copy: {prob.kv_bytes / (0.85 * base['copy_gbps'] * 1e9) * 1e3:.4f} ms")
+                t = be.bench(be.read_fn(prob))
+                base["read_gbps"] = prob.kv_bytes / (t["median_ms"] * 1e-3) / 1e9
+                res["baselines"].append(dict(kernel="read_once", B=B, bytes=prob.kv_bytes, gbps=base["read_gbps"], **t))
+                log(f"one read-only pass over the KV bytes at B={B}: {t['median_ms']:.4f} ms, {base['read_gbps']:.0f} "
+                    f"GB/s ({100 * base['read_gbps'] / base['copy_gbps']:.0f}% of copy): what a single launch that "
+                    f"only reads them needs")
+                prob.copy_dst = None
+                be.free()
+                rec = dict(kernel="sdpa_default", B=B, page=None, bytes=prob.kv_bytes)
+                try:
+                    fn, out = be.sdpa_fn(prob, None, False)
+                    chk = evaluate(be.sdpa_out_host(out, seqs), ref[1].astype("float32"), ref, True)
+                    out.clear()
+                    t = be.bench(fn)
+                    rec.update(t, gbps=prob.kv_bytes / (t["median_ms"] * 1e-3) / 1e9, o_ok=chk["o_within"])
+                    if chk["o_within"]:
+                        base["sdpa_ms"] = t["median_ms"]
+                    log(f"sdpa_default B={B}: {t['median_ms']:.4f} ms {rec['gbps']:.0f} GB/s")
+                except Exception as e:
+                    rec["refused"] = f"{type(e).__name__}: {e}"[:500]
+                    log(f"sdpa_default B={B}: refused/failed: {rec['refused'][:200]}")
+                    if be.sticky_error():
+                        raise
+                res["baselines"].append(rec)
+                be.free()
+        except Exception as e:
+            res["errors"].append(dict(where=f"inputs B{B} p{P}", error=repr(e)))
+            log(f"inputs B{B} p{P} FAILED: {e!r}")
+            if be.sticky_error():
+                raise
+            prob = None
+            continue
+        where = f"B{B} p{P}"
+
+        def timed(it, ns, section, split_only=False):
+            rec = time_build(be, res, get_build, it, prob, ns, ref, seqs, where, P, split_only)
+            annotate(rec, base)
+            show(rec)
+            res[section].append(rec)
+            return rec
+
+        best_old = None
+        for it in old:
+            if passed(it):
+                for ns in B1_NSPLITS["old"][B]:
+                    r = timed(it, ns, "ladder")
+                    if r.get("ok") and (best_old is None or r["median_ms"] < best_old[1]["median_ms"]):
+                        best_old = (it, r)
+        if best_old is not None and best_old[1]["nsplit"] > 1:      # what the second launch costs
+            r = timed(best_old[0], best_old[1]["nsplit"], "ladder", split_only=True)
+            if r.get("median_ms") and r.get("ok") is None:
+                cost = dict(where=where, kernel=best_old[0][0], nsplit=r["nsplit"], total_ms=best_old[1]["median_ms"],
+                            split_ms=r["median_ms"], merge_ms=best_old[1]["median_ms"] - r["median_ms"])
+                res["merge_cost"].append(cost)
+                log(f"merge launch at {where}: {best_old[0][0]} nsplit {r['nsplit']}: {cost['total_ms']:.4f} ms with "
+                    f"decode_merge, {cost['split_ms']:.4f} ms without: {cost['merge_ms'] * 1e3:.1f} us")
+        if passed(new_default):
+            for ns in B1_NSPLITS["new"][B]:
+                timed(new_default, ns, "ladder")
+        for it in variants:
+            if passed(it):
+                for ns in B1_NSPLITS["variant"][B]:
+                    timed(it, ns, "sweep")
+        save()
+    prob = None
+    be.free()
+    best = {}
+    for r in res["ladder"] + res["sweep"]:
+        if r.get("ok") and r.get("median_ms") and not r.get("local_bytes"):
+            k = f"B{r['B']} p{r['page']} {r['kernel'].split('[')[0]}"
+            if k not in best or r["median_ms"] < best[k]["median_ms"]:
+                best[k] = dict(kernel=r["kernel"], nsplit=r["nsplit"], config=r.get("config"),
+                               median_ms=r["median_ms"], gbps=r["gbps"], pct_copy=r.get("pct_copy"),
+                               x_sdpa=r.get("x_sdpa"), x_gather=r.get("x_gather"))
+    res["best"] = best
+    save()
+
+
+# ----------------------------------------------------------------------------------------------------
 # Main
 # ----------------------------------------------------------------------------------------------------
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("outdir", nargs="?", default=os.environ.get("OUT") or ".")
+    ap.add_argument("--batch1", action="store_true", help="rung 05 against rung 04 at batch 1 (~1.5 min)")
     args = ap.parse_args()
     outdir = pathlib.Path(args.outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    out_json = outdir / "decode-attention.json"
+    out_json = outdir / ("decode-attention-batch1.json" if args.batch1 else "decode-attention.json")
 
     be = backend()
     res = dict(
@@ -965,42 +1243,7 @@ def main():
 
         # ---- step 2 ---------------------------------------------------------------------------------
         def time_rung(it, prob, ns, ref, seqs, where, P):
-            label, fname = it[0], it[1]
-            rec = dict(kernel=label, file=fname, where=where, B=prob.B, page=P, nsplit=ns, bytes=prob.kv_bytes)
-            try:
-                b = get_build(it)
-                rec.update(config=b.config(), regs=b.regs, local_bytes=b.local_bytes)
-                bufs = Bufs(be, prob.B, prob.Hq, prob.D, ns)
-                fn = be.decode_fn(b, prob, bufs, ns)
-                t = be.bench(fn)
-                ms = t["median_ms"]
-                rec.update(t, gbps=prob.kv_bytes / (ms * 1e-3) / 1e9,
-                           below_floor=ms * 1e-3 < prob.kv_bytes / HBM_DATASHEET)
-                o, l = be.out_host(bufs, prob.B, prob.Hq, prob.D, seqs)
-                chk = evaluate(o, l, ref, bufs.canary_ok(be))
-                rec.update(check=chk, ok=chk["ok"] and not rec["below_floor"])
-                del bufs
-            except Exception as e:
-                rec["error"] = repr(e)[:1000]
-                log(f"{label} {where} FAILED: {e!r}"[:400])
-                if be.sticky_error():
-                    res["errors"].append(dict(where=f"{label} {where}", error="CUDA context lost"))
-                    raise
-            return rec
-
-        def annotate(rec, base):
-            if rec.get("gbps") and base.get("copy_gbps"):
-                rec["pct_copy"] = 100.0 * rec["gbps"] / base["copy_gbps"]
-            for k in ("sdpa_ms", "gather_ms"):
-                if rec.get("median_ms") and base.get(k):
-                    rec["x_" + k[:-3]] = base[k] / rec["median_ms"]
-
-        def show(rec):
-            if "median_ms" in rec:
-                log(f"{rec['kernel'][:46]:46s} {rec['where']:14s} ns {rec['nsplit']:3d}: {rec['median_ms']:8.4f} ms "
-                    f"{rec['gbps']:7.0f} GB/s {rec.get('pct_copy', 0):5.1f}% copy "
-                    f"{rec.get('x_sdpa', 0):5.2f}x sdpa {rec.get('x_gather', 0):5.2f}x gather "
-                    f"{'ok' if rec.get('ok') else 'WRONG'}")
+            return time_build(be, res, get_build, it, prob, ns, ref, seqs, where, P)
 
         bases = res["bases"] = {}
         for B in TIME_B:
@@ -1069,11 +1312,12 @@ def main():
                 if not passed(it[0]):
                     log(f"skip {it[0]}: {pre.get(it[0], {}).get('error', 'failed the preflight')[:200]}")
                     continue
-                for ns in ([1] if kind == "contig1" else NSPLITS[B]):
+                for ns in ([1] if kind == "contig1" else NSPLITS[B] + EXTRA_NSPLITS.get((name, B), [])):
                     if time.time() - T0 > GLOBAL_GUARD_S - 40:
                         break
-                    rec = time_rung(it, prob, ns, ref, seqs, f"B{B} p{PAGES[0]}" if kind == "paged" else f"B{B}",
-                                    PAGES[0] if kind == "paged" else None)
+                    rec = time_rung(it, prob, ns, ref, seqs,
+                                    f"B{B} p{PAGES[0]}" if kind in PAGED_KINDS else f"B{B}",
+                                    PAGES[0] if kind in PAGED_KINDS else None)
                     annotate(rec, base)
                     show(rec)
                     res["ladder"].append(rec)
@@ -1101,7 +1345,7 @@ def main():
                 res["baselines"].append(rec)
                 be.free()
                 for name, _, _, kind in RUNGS:
-                    if kind != "paged" or name not in best_ns:
+                    if kind not in PAGED_KINDS or name not in best_ns:
                         continue
                     rec = time_rung(DEFAULT[name], prob, best_ns[name][0], ref, seqs, f"B{B} p{P}", P)
                     annotate(rec, base)
@@ -1122,8 +1366,9 @@ def main():
                 kind = it[3]
                 ns0 = best_ns.get(name, (1 if kind == "contig1" else NSPLITS[B][-1], 0))[0]
                 for ns in sorted({ns0} if kind == "contig1" else {ns0, max(1, ns0 // 2), ns0 * 2}):
-                    rec = time_rung(it, prob, ns, ref, seqs, f"B{B} p{PAGES[0]}" if kind == "paged" else f"B{B}",
-                                    PAGES[0] if kind == "paged" else None)
+                    rec = time_rung(it, prob, ns, ref, seqs,
+                                    f"B{B} p{PAGES[0]}" if kind in PAGED_KINDS else f"B{B}",
+                                    PAGES[0] if kind in PAGED_KINDS else None)
                     annotate(rec, base)
                     show(rec)
                     res["sweep"].append(rec)
@@ -1141,8 +1386,13 @@ def main():
         res["best"] = best
         save()
 
+    if args.batch1:
+        res.update(mode="batch1", shapes=dict(Hq=HQ, Hkv=HKV, D=HD, context=CTX, shapes=B1_SHAPES, nsplits=B1_NSPLITS))
     try:
-        work()
+        if args.batch1:
+            run_batch1(be, res, save, outdir)
+        else:
+            work()
     except Exception as e:
         res["errors"].append(dict(where="main", error=repr(e), traceback=traceback.format_exc()[-3000:]))
         log("run stopped early:", repr(e))
@@ -1178,11 +1428,20 @@ def print_table(res, out_json):
             continue
         print(f"{r['kernel'][:46]:46s} {r['where']:10s} {r['nsplit']:3d} {r['median_ms']:9.4f} {r['gbps']:7.0f} "
               f"{f(r.get('pct_copy'), '{:6.1f}'):>6s} {f(r.get('x_sdpa'), '{:6.2f}x'):>7s} "
-              f"{f(r.get('x_gather'), '{:6.2f}x'):>7s} {'yes' if r.get('ok') else 'NO'}")
+              f"{f(r.get('x_gather'), '{:6.2f}x'):>7s} "
+              f"{'n/a' if r.get('ok') is None else ('yes' if r.get('ok') else 'NO')}")
     for k, b in (res.get("best") or {}).items():
         print(f"best at {k}: {b['kernel']} nsplit {b['nsplit']}: {b['median_ms']:.4f} ms, {b['gbps']:.0f} GB/s, "
-              f"{f(b.get('pct_copy'), '{:.1f}')}% of copy, {f(b.get('x_sdpa'), '{:.2f}')}x SDPA, "
-              f"{f(b.get('x_gather'), '{:.2f}')}x SDPA+gather")
+              f"{f(b.get('pct_copy'), '{:.1f}')}% of copy, {f(b.get('x_sdpa'), '{:.2f}')}x SDPA"
+              + (f", {b['x_gather']:.2f}x SDPA+gather" if b.get("x_gather") else ""))
+    for c in res.get("merge_cost") or []:
+        print(f"merge launch at {c['where']}: {c['kernel']} nsplit {c['nsplit']}: {c['total_ms']:.4f} ms with "
+              f"decode_merge, {c['split_ms']:.4f} ms without: {c['merge_ms'] * 1e3:.1f} us")
+    if res.get("mode") == "batch1":
+        for B, base in (res.get("bases") or {}).items():
+            if base.get("copy_gbps"):
+                print(f"85% of copy at B{B}: <= {base['bytes'] / (0.85 * base['copy_gbps'] * 1e9) * 1e3:.4f} ms "
+                      f"({0.85 * base['copy_gbps']:.0f} GB/s of KV read)")
     print(f"\n{len(res['errors'])} errors; wrote {out_json}; total {time.time() - T0:.1f} s", flush=True)
 
 
