@@ -59,46 +59,60 @@ BEST = "fused"
 
 # ------------------------------------------------------------------------------------------- reference
 
-def reference(x_bits: np.ndarray, target: np.ndarray, ignore_index: int = IGNORE_INDEX):
+def reference(x_bits, target, ignore_index: int = IGNORE_INDEX):
     """fp64 (loss (N,), lse (N,), grad (N, V), loss_mean) of bf16 logits given as uint16 bit patterns, with
-    scale = 1 / rows not ignored (NaN mean and zero gradient when every row is ignored)."""
-    x = bf16.from_bits(np.asarray(x_bits)).astype(np.float64)
-    t = np.asarray(target, dtype=np.int64)
+    scale = 1 / rows not ignored (NaN mean and zero gradient when every row is ignored). NumPy arrays give
+    NumPy results, CuPy arrays CuPy results (the grader's large cases stay on the GPU)."""
+    xp = _xp(x_bits)
+    x = bf16.from_bits(x_bits).astype(xp.float64)
+    t = xp.asarray(target).astype(xp.int64)
     N, V = x.shape
     keep = t != ignore_index
-    m = x.max(axis=1, keepdims=True) if V else np.zeros((N, 1))
-    e = np.exp(x - m)
-    lse = (m[:, 0] + np.log(e.sum(axis=1))) if V else np.full(N, -np.inf)
-    rows = np.arange(N)
-    x_t = np.where(keep, x[rows, np.where(keep, t, 0)], 0.0)
-    loss = np.where(keep, lse - x_t, 0.0)
+    rows = xp.arange(N)
+    if V == 0:
+        return xp.zeros(N), xp.full(N, -xp.inf), x.copy(), float("nan")
+    m = x.max(axis=1, keepdims=True)
+    lse = m[:, 0] + xp.log(xp.exp(x - m).sum(axis=1))
+    x_t = xp.where(keep, x[rows, xp.where(keep, t, 0)], 0.0)
+    loss = xp.where(keep, lse - x_t, 0.0)
     n = int(keep.sum())
     scale = 1.0 / n if n else 0.0
-    grad = np.exp(x - lse[:, None])
+    grad = xp.exp(x - lse[:, None])
     grad[rows[keep], t[keep]] -= 1.0
     grad *= scale
     grad[~keep] = 0.0
-    return loss, lse, grad, (loss.sum() * scale if n else float("nan"))
+    return loss, lse, grad, (float(loss.sum()) * scale if n else float("nan"))
+
+
+def _xp(a):
+    try:
+        import cupy as cp
+        return cp.get_array_module(a)
+    except ImportError:
+        return np
 
 
 def mismatches(loss, lse, grad, mean, ref) -> list[str]:
-    """What is wrong with the outputs (host float64 arrays) against `reference`'s, one text per output."""
+    """What is wrong with the outputs (float64 arrays, NumPy or CuPy like `ref`) against `reference`'s, one
+    text per output."""
+    xp = _xp(grad)
     r_loss, r_lse, r_grad, r_mean = ref
     out = []
     for name, got, want, rtol, atol in (("loss", loss, r_loss, 1e-4, 1e-4), ("lse", lse, r_lse, 1e-5, 1e-5)):
-        bad = ~np.isclose(got, want, rtol=rtol, atol=atol) | np.isnan(got)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
+        bad = ~xp.isclose(got, want, rtol=rtol, atol=atol) | xp.isnan(got)
+        if bool(bad.any()):
+            i = int(xp.flatnonzero(bad)[0])
             out.append(f"{name}: {int(bad.sum())} of {bad.size} rows wrong; first row {i}: expected "
-                       f"{want[i]:.6g}, got {got[i]:.6g}")
+                       f"{float(want[i]):.6g}, got {float(got[i]):.6g}")
     if grad.size:
         # bf16 output: half an ulp of the value, plus the rounding of a gradient near 0 (p ~ scale * 2^-9)
-        tol = 2.0 ** -8 * np.abs(r_grad) + 2.0 ** -20 * np.abs(r_grad).max(initial=0.0)
-        bad = ~(np.abs(grad - r_grad) <= tol) | np.isnan(grad)
-        if bad.any():
-            i = np.unravel_index(int(np.flatnonzero(bad)[0]), grad.shape)
-            out.append(f"grad: {int(bad.sum())} of {bad.size} elements wrong; first [{i[0]}, {i[1]}]: expected "
-                       f"{r_grad[i]:.6g}, got {grad[i]:.6g}")
+        tol = 2.0 ** -8 * xp.abs(r_grad) + 2.0 ** -20 * float(xp.abs(r_grad).max())
+        bad = ~(xp.abs(grad - r_grad) <= tol) | xp.isnan(grad)
+        if bool(bad.any()):
+            k = int(xp.flatnonzero(bad)[0])
+            i, j = divmod(k, grad.shape[1])
+            out.append(f"grad: {int(bad.sum())} of {bad.size} elements wrong; first [{i}, {j}]: expected "
+                       f"{float(r_grad[i, j]):.6g}, got {float(grad[i, j]):.6g}")
     if not np.isnan(r_mean) and not np.isclose(mean, r_mean, rtol=1e-4, atol=1e-6):
         out.append(f"loss_mean: expected {r_mean:.6g}, got {mean:.6g}")
     return out
