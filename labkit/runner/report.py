@@ -4,12 +4,14 @@ Runs without a GPU: it only reads labs/results/<gpu>.json, which the GPU runner 
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from .. import chapters
-from ..measure.records import records_table
+from ..errors import LabkitError
+from ..measure.records import CEILINGS, Record, records_table
 from ..paths import RESULTS
-from .results import load_results
+from .results import load_results, read_raw
 
 DEFAULT_GPU = "nvidia-h200"
 CEILING_KEYS = ("copy_gbps", "fp32_tflops", "fp32_peak_tflops", "mma_tflops", "wgmma_tflops", "bf16_tflops")
@@ -140,6 +142,108 @@ class Recorded:
         return _markdown(head + body + f"\nNsight Compute (`{self.profiles[0].get('tool', 'ncu')}`) on "
                          f"{self.gpu['name']}, {self.profiles[0].get('recorded_at', '')[:10]}: one launch of each "
                          "kernel at the benchmark shape named beside it, the shape of the table above.")
+
+
+class Course:
+    """Records picked across chapters, side by side: the recap's table, its one roofline and its glued numbers.
+
+    `picks` is a list of (chapter, op, kernel, shape key or None, label): None stands for the op's headline
+    shape in its chapter; the label (letters, digits, '_' and '-') names the pick in the table, on the
+    figure and in the glue keys course.<label>.<metric>."""
+
+    def __init__(self, picks, gpu: str = DEFAULT_GPU):
+        self.chapters: dict[str, Recorded] = {}
+        self.picks: list[tuple[str, str, Record]] = []          # (label, chapter, record)
+        for chapter, op, kernel, shape, label in picks:
+            where = (f"chapter {chapter}, op {op!r}, kernel {kernel!r} at "
+                     + (f"shape {shape}" if shape else "its headline shape"))
+            if not re.fullmatch(r"[A-Za-z0-9_-]+", label) or label in [p[0] for p in self.picks]:
+                raise ValueError(f"pick {where}: label {label!r} is not a new name of letters, digits, '_', '-'")
+            if chapter not in self.chapters:
+                try:
+                    self.chapters[chapter] = Recorded(chapter, gpu)
+                except (LookupError, LabkitError) as e:      # a chapter with no records, or no such chapter
+                    raise LookupError(f"no record of {where}: {e}") from e
+            rows = self.chapters[chapter].headline_rows(op) if shape is None else self.chapters[chapter].rows(op)
+            found = [r for r in rows if r.kernel == kernel and shape in (None, r.shape_key)]
+            if len(found) != 1:
+                raise LookupError(f"no record of {where} in {gpu}.json" if not found else
+                                  f"{where} names {len(found)} records: give the shape")
+            self.picks.append((label, chapter, found[0]))
+        if not self.picks:
+            raise ValueError("a Course needs at least one pick")
+        self.gpu = next(iter(self.chapters.values())).gpu
+        # The roofs of the figure. Every percentage in the table and the glued values divides by the ceiling
+        # of the record's own chapter run, kept in the record; one figure can draw one set of roofs only. It
+        # draws the file's top-level ceilings, those of the latest run (copy, fp32 FMA, mma.sync and, from
+        # chapter 06 on, wgmma), since all runs measured the same GPU with the same probes. The runs of
+        # chapters 01-05 measured no wgmma roof, so if the latest run is one of them the wgmma roof comes
+        # from the latest chapter run that measured it: without that roof the Hopper kernels of chapters 07
+        # and 08 would stand above every roof drawn.
+        raw = read_raw(RESULTS / f"{gpu}.json")
+        self.ceilings = dict(raw["ceilings"])
+        if not self.ceilings.get("wgmma_tflops"):
+            runs = sorted((c for c in raw.get("chapter_ceilings", {}).values() if c.get("wgmma_tflops")),
+                          key=lambda c: str(c.get("measured_at", "")))
+            if runs:
+                self.ceilings["wgmma_tflops"] = runs[-1]["wgmma_tflops"]
+
+    @property
+    def dates(self) -> tuple[str, str]:
+        """The first and the last day of the chapters' runs."""
+        days = [r.date for r in self.chapters.values()]
+        return min(days), max(days)
+
+    def values(self) -> dict[str, float]:
+        """course.<label>.ms, .pct (of the record's own ceiling), .xbase (where it has a baseline), and
+        .gbps for a memory-bound record or .tflops for a compute-bound one."""
+        v = {}
+        for label, _, r in self.picks:
+            v[f"course.{label}.ms"] = r.median_ms
+            v[f"course.{label}.pct"] = 100 * r.fraction_of_ceiling
+            if r.memory_bound:
+                v[f"course.{label}.gbps"] = r.gbps
+            else:
+                v[f"course.{label}.tflops"] = r.tflops
+            if r.speedup is not None:
+                v[f"course.{label}.xbase"] = r.speedup
+        return v
+
+    def glue_all(self):
+        from myst_nb import glue
+        for k, val in self.values().items():
+            glue(k, val, display=False)
+
+    def table(self):
+        head = ("| ch | pick | record | shape | median ms | rate | of its ceiling | × baseline |\n"
+                "|---|---|---|---|--:|--:|---|---|\n")
+        lines = []
+        for label, chapter, r in self.picks:
+            rate = f"{r.gbps:.0f} GB/s" if r.memory_bound else f"{r.tflops:.3g} TFLOP/s"
+            ceiling = (f"{100 * r.fraction_of_ceiling:.1f}% of a {r.ceiling_value:.0f} GB/s copy" if r.memory_bound
+                       else f"{100 * r.fraction_of_ceiling:.1f}% of {CEILINGS[r.ceiling_name][2]}")
+            base = f"{r.speedup:.2f}× {r.baseline}" if r.speedup is not None else ""
+            lines.append(f"| {chapter} | {label} | {r.op}: {r.kernel} | {r.shape_key} {r.dtype} | {r.median_ms:.4f} | "
+                         f"{rate} | {ceiling} | {base} |")
+        return _markdown(head + "\n".join(lines) + "\n")
+
+    def figure(self, title: str | None = None, roofs=None):
+        """The roofline and bandwidth chart of every pick (a matplotlib Figure), each point named
+        'chapter: label'."""
+        from ..measure.ceilings import datasheet_for
+        from ..measure.roofline import figure
+        ds = datasheet_for(self.gpu["name"])
+        # the figure names a point "op: kernel"; copies of the records named by chapter and label
+        points = [dataclasses.replace(r, op=chapter, kernel=label) for label, chapter, r in self.picks]
+        first, last = self.dates
+        days = first if first == last else f"{first} to {last}"
+        return figure(points, self.ceilings, ds[1] if ds else None, roofs=roofs,
+                      title=title or f"the course, {self.gpu['name']}, {days}")
+
+    def roofline(self, title: str | None = None, roofs=None):
+        import matplotlib.pyplot as plt
+        self.figure(title, roofs)
+        plt.show()
 
 
 def _markdown(text: str):
