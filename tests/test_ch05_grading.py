@@ -25,19 +25,13 @@ from labkit.grading import worker as W
 from labkit.grading.verdict import SPEED_PATTERN, CaseResult, RunResult, SpeedResult, sanitize, score
 from labkit.paths import LABS
 
+from exercise_sources import edit as _edit, solution_source, student_source
+
 pytestmark = pytest.mark.chapter("05")
 
 SOLUTION = LABS / "05-gemm-simt" / N.SOLUTION_NAME
 STUDENT = LABS / "05-gemm-simt" / N.STUDENT_NAME
 SMEM, REG = T.get("05.smem_sgemm"), T.get("05.regblock_sgemm")
-
-
-def solution_source(task) -> str:
-    return N.extract_source(N.read_notebook(SOLUTION), task.source_var)
-
-
-def student_source(task) -> str:
-    return N.extract_source(N.read_notebook(STUDENT), task.source_var)
 
 
 # ------------------------------------------------------------------------------------------ CPU
@@ -235,11 +229,6 @@ def line(v, start: str) -> str:
         if ln.strip().startswith(start):
             return ln.strip()
     raise AssertionError(f"no line starting with {start!r} in:\n{v.text}")
-
-
-def _edit(src: str, old: str, new: str) -> str:
-    assert src.count(old) == 1, f"{old!r} is not in the solution exactly once: update this test's edit"
-    return src.replace(old, new)
 
 
 TF32_HELPER = ('__device__ __forceinline__ float tf32(float x) { return __uint_as_float(__float_as_uint(x) '

@@ -25,25 +25,14 @@ from labkit.grading import worker as W
 from labkit.grading.verdict import CaseResult, RunResult, SpeedResult, score
 from labkit.paths import LABS
 
+from exercise_sources import edit as _edit, solution_source, student_source
+
 pytestmark = pytest.mark.chapter("06")
 
 LAB = LABS / "06-gemm-tensor-cores"
 SOLUTION = LAB / N.SOLUTION_NAME
 STUDENT = LAB / N.STUDENT_NAME
 FRAG, TILE, GEMM = T.get("06.fragments"), T.get("06.mma_tile"), T.get("06.mma_gemm")
-
-
-def solution_source(task) -> str:
-    return N.extract_source(N.read_notebook(SOLUTION), task.source_var)
-
-
-def student_source(task) -> str:
-    return N.extract_source(N.read_notebook(STUDENT), task.source_var)
-
-
-def _edit(src: str, old: str, new: str) -> str:
-    assert src.count(old) == 1, f"{old!r} is not in the solution exactly once: update this test's edit"
-    return src.replace(old, new)
 
 
 # ------------------------------------------------------------------------------------- the layouts

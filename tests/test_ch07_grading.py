@@ -27,24 +27,13 @@ from labkit.grading import worker as W
 from labkit.grading.verdict import CaseResult, RunResult, SpeedResult, score
 from labkit.paths import LABS
 
+from exercise_sources import edit as _edit, solution_source, student_source
+
 pytestmark = pytest.mark.chapter("07")
 
 SOLUTION = LABS / "07-gemm-hopper" / N.SOLUTION_NAME
 STUDENT = LABS / "07-gemm-hopper" / N.STUDENT_NAME
 TILE, GEMM = T.get("07.tma_tile"), T.get("07.wgmma_gemm")
-
-
-def solution_source(task) -> str:
-    return N.extract_source(N.read_notebook(SOLUTION), task.source_var)
-
-
-def student_source(task) -> str:
-    return N.extract_source(N.read_notebook(STUDENT), task.source_var)
-
-
-def _edit(src: str, old: str, new: str) -> str:
-    assert src.count(old) == 1, f"{old!r} is not in the solution exactly once: update this test's edit"
-    return src.replace(old, new)
 
 
 # ------------------------------------------------------------------------------- wrong kernels (GPU)

@@ -27,25 +27,14 @@ from labkit.grading import worker as W
 from labkit.grading.verdict import CaseResult, RunResult, SpeedResult, score
 from labkit.paths import LABS
 
+from exercise_sources import edit as _edit, solution_source, student_source
+
 pytestmark = pytest.mark.chapter("08")
 
 LAB = LABS / "08-flash-attention"
 SOLUTION = LAB / N.SOLUTION_NAME
 STUDENT = LAB / N.STUDENT_NAME
 NUM, TILE, FLASH = T.get("08.numbers"), T.get("08.attention_tile"), T.get("08.flash_fwd")
-
-
-def solution_source(task) -> str:
-    return N.extract_source(N.read_notebook(SOLUTION), task.source_var)
-
-
-def student_source(task) -> str:
-    return N.extract_source(N.read_notebook(STUDENT), task.source_var)
-
-
-def _edit(src: str, old: str, new: str) -> str:
-    assert src.count(old) == 1, f"{old!r} is not in the solution exactly once: update this test's edit"
-    return src.replace(old, new)
 
 
 # ------------------------------------------------------------------------------------------ the specs

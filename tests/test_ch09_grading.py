@@ -21,25 +21,14 @@ from labkit.grading import tasks as T
 from labkit.grading.verdict import CaseResult, RunResult, SpeedResult, score
 from labkit.paths import LABS
 
+from exercise_sources import edit as _edit, solution_source, student_source
+
 pytestmark = pytest.mark.chapter("09")
 
 LAB = LABS / "09-decode-attention"
 SOLUTION = LAB / N.SOLUTION_NAME
 STUDENT = LAB / N.STUDENT_NAME
 NUM, MERGE, PAGED = T.get("09.numbers"), T.get("09.merge"), T.get("09.paged_decode")
-
-
-def solution_source(task) -> str:
-    return N.extract_source(N.read_notebook(SOLUTION), task.source_var)
-
-
-def student_source(task) -> str:
-    return N.extract_source(N.read_notebook(STUDENT), task.source_var)
-
-
-def _edit(src: str, old: str, new: str) -> str:
-    assert src.count(old) == 1, f"{old!r} is not in the solution exactly once: update this test's edit"
-    return src.replace(old, new)
 
 
 def test_the_registry_finds_the_three_tasks():

@@ -10,17 +10,11 @@ import pytest
 from labkit.grading import grade
 from labkit.grading import release as R
 from labkit.grading import tasks as T
-from labkit.grading.extract import extract_source
-from labkit.grading.nbio import read_notebook
 from labkit.paths import LABS
 
+from exercise_sources import solution_source
+
 pytestmark = pytest.mark.gpu
-
-
-def solution_source(task_id: str) -> str:
-    task = T.get(task_id)
-    path = next(LABS.glob(f"{task.chapter}-*/{R.SOLUTION_NAME}"))
-    return extract_source(read_notebook(path), task.source_var)
 
 
 def line(verdict, start: str) -> str:

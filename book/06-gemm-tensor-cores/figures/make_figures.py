@@ -9,76 +9,12 @@
 - tile-order.svg: the first wave of 132 blocks over the 64 x 32 tiles of C (8192^3, 128x256 tiles), in
   row-major order and grouped by 8 tile rows, with the panels of A and B that wave reads.
 """
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-INK, GREY, RED = "#222222", "#777777", "#d62728"
-# eight hues, one per groupID (the row a lane owns); four shades each, one per threadID_in_group
-HUES = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
-
-
-def mix(hex_colour: str, white: float) -> str:
-    """hex_colour blended with white (white = 0: the colour, 1: white)."""
-    r, g, b = (int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
-    return "#" + "".join(f"{round(c + (255 - c) * white):02x}" for c in (r, g, b))
-
-
-def lane_colour(lane: int) -> str:
-    return mix(HUES[lane // 4], [0.35, 0.5, 0.65, 0.8][lane % 4])
-
-
-class Svg:
-    def __init__(self, w: int, h: int, title: str):
-        self.w, self.h = w, h
-        self.parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" '
-                      f'font-family="sans-serif">', f"<title>{title}</title>",
-                      f'<rect x="0" y="0" width="{w}" height="{h}" fill="#ffffff"/>']
-
-    def rect(self, x, y, w, h, fill="none", stroke=INK, sw=1.0, opacity=1.0, dash=None):
-        d = f' stroke-dasharray="{dash}"' if dash else ""
-        self.parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="{fill}" '
-                          f'fill-opacity="{opacity}" stroke="{stroke}" stroke-width="{sw}"{d}/>')
-
-    def text(self, x, y, s, size=12, anchor="middle", fill=INK, bold=False, italic=False):
-        extra = (' font-weight="bold"' if bold else "") + (' font-style="italic"' if italic else "")
-        s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-        self.parts.append(f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-size="{size}" '
-                          f'fill="{fill}"{extra}>{s}</text>')
-
-    def line(self, x1, y1, x2, y2, stroke=INK, sw=1.0, arrow=False):
-        a = ' marker-end="url(#arr)"' if arrow else ""
-        self.parts.append(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="{stroke}" '
-                          f'stroke-width="{sw}"{a}/>')
-
-    def arrowhead(self):
-        self.parts.append('<defs><marker id="arr" markerWidth="8" markerHeight="8" refX="7" refY="4" '
-                          'orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#222"/></marker></defs>')
-
-    def save(self, name: str):
-        (HERE / name).write_text("\n".join(self.parts + ["</svg>"]) + "\n")
-
-
-# ------------------------------------------------------------------------------------------------------
-# The m16n8k16 fragments (PTX ISA, "Matrix fragments for mma.m16n8k16" with .bf16 operands)
-
-def owner_a(row: int, col: int) -> tuple[int, int]:
-    """(lane, register element index 0-7) holding A[row][col] of the 16x16 A tile."""
-    g, hi_row = row % 8, row // 8
-    t, odd, hi_col = (col % 8) // 2, col % 2, col // 8
-    return 4 * g + t, 4 * hi_col + 2 * hi_row + odd      # a0,a1 | a2,a3 (row+8) | a4,a5 (col+8) | a6,a7
-
-
-def owner_b(k: int, n: int) -> tuple[int, int]:
-    """(lane, element index 0-3) holding B[k][n] of the 16x8 B tile (k down, n across)."""
-    t, odd, hi = (k % 8) // 2, k % 2, k // 8
-    return 4 * n + t, 2 * hi + odd                       # b0,b1 (k = 2t, 2t+1) | b2,b3 (k + 8)
-
-
-def owner_c(row: int, col: int) -> tuple[int, int]:
-    """(lane, element index 0-3) holding C[row][col] of the 16x8 accumulator."""
-    g, hi = row % 8, row // 8
-    t, odd = col // 2, col % 2
-    return 4 * g + t, 2 * hi + odd                       # c0,c1 (row g) | c2,c3 (row g+8)
+sys.path.insert(0, str(HERE.parents[1]))               # book/: the drawing helpers the figure scripts share
+from svg_drawing import GREY, HUES, INK, RED, Svg, lane_colour, mix, owner_a, owner_b, owner_c  # noqa: E402
 
 
 def check_fragments():
@@ -132,7 +68,7 @@ def fragments():
           ["b0,b1: k = 2t, 2t+1, column n = g", "b2,b3: k + 8", "pairs run DOWN k: ldmatrix .trans"])
     panel(1040, 16, 8, owner_c, "C, D (16 x 8, fp32): 4 registers", "c", "m", "n",
           ["c0,c1: row g, n = 2t, 2t+1", "c2,c3: row g+8", "the epilogue stores these as bf16x2"])
-    s.save("mma-fragments.svg")
+    s.save(HERE / "mma-fragments.svg")
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -185,7 +121,7 @@ def swizzle():
           lambda r, c: (r, c ^ (r % 8)))
     s.text(W / 2, top + lines_max * ch + 70, "Rows of 64 bytes (the A tile at BK = 32) pair up in a line: there the "
            "kernels XOR with (r / 2) % 4 instead.", 11, fill="#555")
-    s.save("smem-swizzle.svg")
+    s.save(HERE / "smem-swizzle.svg")
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -237,7 +173,7 @@ def pipeline():
     s.text(left + end * unit + 6, top - 8, "mma busy (steady)", 10, anchor="start", fill="#555")
     s.line(left, top + 3 * row_h, left + end * unit, top + 3 * row_h, arrow=True)
     s.text(left + end * unit / 2, top + 3 * row_h + 20, "time", 12)
-    s.save("pipeline.svg")
+    s.save(HERE / "pipeline.svg")
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -284,7 +220,7 @@ def tile_order():
         a_mib, b_mib = 2 * len(rows), 4 * len(cols)
         s.text(x0 + tn * cw / 2, top + tm * ch + 22, f"{len(rows)} panels of A + {len(cols)} of B", 12)
         s.text(x0 + tn * cw / 2, top + tm * ch + 40, f"= {a_mib + b_mib} MiB per wave (L2: 60 MiB)", 12, bold=True)
-    s.save("tile-order.svg")
+    s.save(HERE / "tile-order.svg")
 
 
 if __name__ == "__main__":

@@ -8,56 +8,12 @@
 - ring.svg: the ring of chapter 07's rungs 03-07: STAGES slots, each with a full and an empty mbarrier;
   the producer's and the consumers' waits, and the slot and phase parity of each K slice.
 """
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-INK, GREY, RED = "#222222", "#777777", "#d62728"
-# one hue per logical 16-byte chunk (k = 8c .. 8c+7 of the row)
-HUES = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
-
-
-def mix(hex_colour: str, white: float) -> str:
-    """hex_colour blended with white (white = 0: the colour, 1: white)."""
-    r, g, b = (int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
-    return "#" + "".join(f"{round(c + (255 - c) * white):02x}" for c in (r, g, b))
-
-
-class Svg:
-    def __init__(self, w: int, h: int, title: str):
-        self.w, self.h = w, h
-        self.parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" '
-                      f'font-family="sans-serif">', f"<title>{title}</title>",
-                      f'<rect x="0" y="0" width="{w}" height="{h}" fill="#ffffff"/>']
-
-    def rect(self, x, y, w, h, fill="none", stroke=INK, sw=1.0, dash=None, rx=0):
-        d = f' stroke-dasharray="{dash}"' if dash else ""
-        r = f' rx="{rx}"' if rx else ""
-        self.parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="{fill}" '
-                          f'stroke="{stroke}" stroke-width="{sw}"{d}{r}/>')
-
-    def text(self, x, y, s, size=12, anchor="middle", fill=INK, bold=False, italic=False, mono=False):
-        extra = (' font-weight="bold"' if bold else "") + (' font-style="italic"' if italic else "")
-        extra += ' font-family="monospace"' if mono else ""
-        s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-        self.parts.append(f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-size="{size}" '
-                          f'fill="{fill}"{extra}>{s}</text>')
-
-    def line(self, x1, y1, x2, y2, stroke=INK, sw=1.0, arrow=False, dash=None):
-        a = ' marker-end="url(#arr)"' if arrow else ""
-        d = f' stroke-dasharray="{dash}"' if dash else ""
-        self.parts.append(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="{stroke}" '
-                          f'stroke-width="{sw}"{a}{d}/>')
-
-    def path(self, d, stroke=INK, sw=1.0, arrow=False):
-        a = ' marker-end="url(#arr)"' if arrow else ""
-        self.parts.append(f'<path d="{d}" fill="none" stroke="{stroke}" stroke-width="{sw}"{a}/>')
-
-    def arrowhead(self):
-        self.parts.append('<defs><marker id="arr" markerWidth="8" markerHeight="8" refX="7" refY="4" '
-                          'orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#222"/></marker></defs>')
-
-    def save(self, name: str):
-        (HERE / name).write_text("\n".join(self.parts + ["</svg>"]) + "\n")
+sys.path.insert(0, str(HERE.parents[1]))               # book/: the drawing helpers the figure scripts share
+from svg_drawing import GREY, HUES, INK, RED, Svg, mix  # noqa: E402
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -107,7 +63,7 @@ def swizzle_figure():
     s.text(70, y + 40, "wgmma descriptor: start address (1024-byte aligned), swizzle mode 128 B, stride byte "
                        "offset 1024 (the next atom, rows 8-15); slice kk of the 64-wide tile: start + 32 kk bytes.",
            size=12, anchor="start")
-    s.save("swizzle-128b.svg")
+    s.save(HERE / "swizzle-128b.svg")
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -174,7 +130,7 @@ def ring_figure(stages: int = 4, slices: int = 12):
                           "empty with parity ph^1 = 1, does not block.", size=12)
     s.text(500, y0 + 192, "Wait for the wrong parity and the wait either passes a phase early (reading a stage "
                           "still being written) or never returns (a hang).", size=12, fill=RED)
-    s.save("ring.svg")
+    s.save(HERE / "ring.svg")
 
 
 if __name__ == "__main__":

@@ -9,76 +9,12 @@
 - causal-tiles.svg: which (query tile, key tile) pairs a causal block computes in full, computes with a
   mask, or skips (rung 04), and inside one diagonal block what each of the 8 warps does (rung 05's tiles).
 """
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-INK, GREY, RED, GREEN, BLUE = "#222222", "#777777", "#d62728", "#2ca02c", "#1f77b4"
-# eight hues, one per groupID g = lane / 4 (the row a lane owns); four shades, one per t = lane % 4
-HUES = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
-
-
-def mix(hex_colour: str, white: float) -> str:
-    """hex_colour blended with white (white = 0: the colour, 1: white)."""
-    r, g, b = (int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
-    return "#" + "".join(f"{round(c + (255 - c) * white):02x}" for c in (r, g, b))
-
-
-def lane_colour(lane: int) -> str:
-    return mix(HUES[lane // 4], [0.35, 0.5, 0.65, 0.8][lane % 4])
-
-
-class Svg:
-    def __init__(self, w: int, h: int, title: str):
-        self.w, self.h = w, h
-        self.parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" '
-                      f'font-family="sans-serif">', f"<title>{title}</title>",
-                      '<defs><marker id="arr" markerWidth="8" markerHeight="8" refX="7" refY="4" orient="auto">'
-                      '<path d="M0,0 L8,4 L0,8 z" fill="#222222"/></marker></defs>',
-                      f'<rect x="0" y="0" width="{w}" height="{h}" fill="#ffffff"/>']
-
-    def rect(self, x, y, w, h, fill="none", stroke=INK, sw=1.0, dash=None, rx=0):
-        d = f' stroke-dasharray="{dash}"' if dash else ""
-        r = f' rx="{rx}"' if rx else ""
-        self.parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="{fill}" '
-                          f'stroke="{stroke}" stroke-width="{sw}"{d}{r}/>')
-
-    def text(self, x, y, s, size=12, anchor="middle", fill=INK, bold=False, italic=False):
-        extra = (' font-weight="bold"' if bold else "") + (' font-style="italic"' if italic else "")
-        s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-        self.parts.append(f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-size="{size}" '
-                          f'fill="{fill}"{extra}>{s}</text>')
-
-    def line(self, x1, y1, x2, y2, stroke=INK, sw=1.0, arrow=False, dash=None):
-        a = ' marker-end="url(#arr)"' if arrow else ""
-        d = f' stroke-dasharray="{dash}"' if dash else ""
-        self.parts.append(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="{stroke}" '
-                          f'stroke-width="{sw}"{a}{d}/>')
-
-    def path(self, points, stroke=INK, sw=1.0, arrow=False, dash=None):
-        a = ' marker-end="url(#arr)"' if arrow else ""
-        d = f' stroke-dasharray="{dash}"' if dash else ""
-        pts = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
-        self.parts.append(f'<polyline points="{pts}" fill="none" stroke="{stroke}" stroke-width="{sw}"{a}{d}/>')
-
-    def save(self, name: str):
-        (HERE / name).write_text("\n".join(self.parts + ["</svg>"]) + "\n")
-
-
-# ------------------------------------------------------------------------------------------------------
-# Fragment owners (PTX ISA, "Matrix fragments for mma.m16n8k16", .bf16 operands, fp32 accumulators)
-
-def owner_c(row: int, col: int) -> tuple[int, int]:
-    """(lane, element 0-3) holding C[row][col] of a 16x8 fp32 accumulator: c0,c1 row g | c2,c3 row g+8."""
-    g, hi = row % 8, row // 8
-    return 4 * g + col // 2, 2 * hi + col % 2
-
-
-def owner_a(row: int, col: int) -> tuple[int, int]:
-    """(lane, 32-bit register 0-3) holding A[row][col] of the 16x16 bf16 A operand; each register is a pair
-    of bf16: reg 0 row g, k = 2t, 2t+1 | reg 1 row g+8 | reg 2 row g, k + 8 | reg 3 row g+8, k + 8."""
-    g, hi_row = row % 8, row // 8
-    t, hi_col = (col % 8) // 2, col // 8
-    return 4 * g + t, 2 * hi_col + hi_row
+sys.path.insert(0, str(HERE.parents[1]))               # book/: the drawing helpers the figure scripts share
+from svg_drawing import BLUE, GREEN, GREY, INK, RED, Svg, lane_colour, mix, owner_a, owner_c  # noqa: E402
 
 
 def check_p_reuse():
@@ -87,7 +23,8 @@ def check_p_reuse():
     for r in range(16):
         for k in range(16):
             lane_c, e = owner_c(r, k % 8)
-            lane_a, reg = owner_a(r, k)
+            lane_a, element = owner_a(r, k)
+            reg = element // 2                           # two bf16 per 32-bit register
             assert lane_c == lane_a, (r, k)
             assert reg == 2 * (k // 8) + e // 2, (r, k)
 
@@ -100,6 +37,7 @@ def p_reuse():
     x_a = x_s + 16 * cw + 260
     W, H = x_a + 16 * cw + 60, top + 16 * ch + 150
     s = Svg(W, H, "The accumulators of S = Q K^T are the A operand of O += P V, lane for lane")
+    s.arrowhead()
     s.text(W / 2, 28, "One warp, 16 query rows, 16 keys: the fp32 accumulators of S are, lane for lane, "
            "the bf16 A operand of P V", 15, bold=True)
     s.text(W / 2, 48, "each cell: the lane holding that (query row, key) and where; lane = 4 g + t, colour by g, "
@@ -135,7 +73,7 @@ def p_reuse():
           "R.*: the same places in the right tile (keys + 8)",
           "after the online softmax these hold p = 2^(s * scale * log2 e - m)"])
     grid(x_a, "P as the A operand of one k16 step of P V", "16 x 16, rows = queries, k = keys: 4 registers of bf16 pairs",
-         lambda r, k: (owner_a(r, k)[0], f"a[{owner_a(r, k)[1]}]"),
+         lambda r, k: (owner_a(r, k)[0], f"a[{owner_a(r, k)[1] // 2}]"),
          ["a[0]: row g, keys 2t, 2t+1; a[1]: row g+8", "a[2], a[3]: the same, keys + 8",
           "exactly what ldmatrix.x4 would have returned from a P tile in shared memory"])
     xm = x_s + 16 * cw + 25
@@ -148,7 +86,7 @@ def p_reuse():
         s.text((xm + x_a) / 2, ym + 24 + 18 * j, text, 11, fill="#333333")
     s.text((xm + x_a) / 2, ym + 120, "no store, no barrier,", 11, fill=GREEN, bold=True)
     s.text((xm + x_a) / 2, ym + 136, "no ldmatrix for P", 11, fill=GREEN, bold=True)
-    s.save("p-reuse.svg")
+    s.save(HERE / "p-reuse.svg")
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -157,6 +95,7 @@ def p_reuse():
 def dataflow():
     W, H = 1180, 470
     s = Svg(W, H, "Data flow of one block of the tensor-core FlashAttention rungs")
+    s.arrowhead()
     s.text(W / 2, 28, "One block: 8 warps x 16 query rows (rung 05). Per key tile j: S = Q K^T, online softmax, "
            "O += P V, all in registers", 15, bold=True)
     # global memory
@@ -200,7 +139,7 @@ def dataflow():
     s.text(595, 124, "ldmatrix", 10)
     s.line(540, 200, 648, 232, arrow=True)
     s.text(592, 204, "ldmatrix (K)", 10)
-    s.path([(540, 262), (580, 338), (903, 338)], arrow=True, stroke=BLUE)
+    s.polyline([(540, 262), (580, 338), (903, 338)], arrow=True, stroke=BLUE)
     s.text(740, 330, "ldmatrix.trans (V)", 10, fill=BLUE)
     s.line(760, 166, 760, 208, arrow=True)
     s.text(800, 192, "mma.sync", 10)
@@ -211,10 +150,10 @@ def dataflow():
     s.text(1065, 192, "max, exp2, sum", 10)
     s.line(1015, 266, 1015, 308, arrow=True)
     s.text(1063, 292, "mma.sync", 10)
-    s.path([(1015, 366), (1015, 425), (115, 425), (115, 366)], arrow=True, dash="4,3")
+    s.polyline([(1015, 366), (1015, 425), (115, 425), (115, 366)], arrow=True, dash="4,3")
     s.text(560, 445, "after the last key tile: O / l to bf16, staged through the Q tile for 16-byte stores; "
            "LSE = m + ln l", 11, fill="#555")
-    s.save("dataflow.svg")
+    s.save(HERE / "dataflow.svg")
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -229,6 +168,7 @@ def causal_tiles():
     zcw, zch = 120, 26
     W, H = zx + 2 * zcw + 220, top + T * ch + 120
     s = Svg(W, H, "Causal attention: the tiles a block computes in full, with a mask, or skips")
+    s.arrowhead()
     s.text(W / 2, 28, f"Causal attention at S = {S}: query tiles of {BM} rows, key tiles of {BN} keys (rung 05's tiles)",
            15, bold=True)
     s.text(W / 2, 48, "green: computed without a mask; orange: crosses the diagonal, masked element by element; "
@@ -284,7 +224,7 @@ def causal_tiles():
     for j, text in enumerate(["a warp skips a key tile that lies wholly", "above its own 16 rows' diagonal;",
                               "the block's barriers stay outside", "the warp-uniform branch"]):
         s.text(zx + 2 * zcw + 14, top + 40 + 16 * j, text, 11, anchor="start", fill="#333333")
-    s.save("causal-tiles.svg")
+    s.save(HERE / "causal-tiles.svg")
 
 
 if __name__ == "__main__":
