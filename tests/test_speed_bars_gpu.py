@@ -12,9 +12,9 @@ import re
 import pytest
 
 from labkit.grading import grade
-from labkit.grading import notebook as N
 from labkit.grading import tasks as T
-from labkit.paths import LABS
+
+from exercise_sources import solution_source
 
 RUNS = 3
 MARGIN_POINTS = 5.0          # the slowest of the runs at least this many points of % above the bar
@@ -27,11 +27,6 @@ def speed_tasks():
         if isinstance(task, T.KernelTask) and task.speed_threshold:
             out.append(pytest.param(tid, id=tid, marks=[pytest.mark.gpu, pytest.mark.chapter(task.chapter)]))
     return out
-
-
-def solution_source(task) -> str:
-    path = next(LABS.glob(f"{task.chapter}-*/{N.SOLUTION_NAME}"))
-    return N.extract_source(N.read_notebook(path), task.source_var)
 
 
 def test_every_speed_bar_is_tested():
