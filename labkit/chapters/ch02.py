@@ -7,7 +7,8 @@ Kernels (kernels/02-first-kernel/):
 bf16 arrays are CuPy uint16 arrays of bit patterns (labkit.bf16). Lab tools: `launch_sweep` (block size x
 elements per thread) and `l2_trap` (the same kernel timed with and without an L2 flush).
 Records: op add_bf16 (the naive kernel at 2^28, against torch.add) and op add_bf16_launch (the launch sweep
-at 2^26, one record per configuration, named by `launch_kernel_name`), from which the book reads its figures.
+at 2^26, one record per configuration, named by `launch_kernel_name`; full runs only), from which the book
+reads its figures.
 """
 from __future__ import annotations
 
@@ -311,8 +312,10 @@ def benchmarks(ctx):
         ctx.log.append("torch not installed: add_bf16 recorded without a baseline")
     yield ctx.record(chapter="02", op="add_bf16", kernel="naive", shape=[n], dtype="bfloat16", bytes=6 * n,
                      flops=n, timing=t, baseline=base_name, baseline_timing=base, ceiling="copy")
-    # the launch-configuration sweep the book reads its figures from (the lab runs the same one live)
-    m = 2**22 if ctx.quick else 2**26
+    if ctx.quick:                  # the lab runs the sweep itself (its section 5) and wants one record here
+        return
+    # the launch-configuration sweep the book reads its figures from
+    m = 2**26
     for r in launch_sweep(n=m, progress=False):
         yield ctx.record(chapter="02", op="add_bf16_launch", kernel=launch_kernel_name(r["threads"], r["ept"]),
                          shape=[m], dtype="bfloat16", bytes=6 * m, flops=m, timing=r["timing"], ceiling="copy",
