@@ -26,44 +26,10 @@
 //   online at 65536x4096: 0.2996 ms, 3584 GB/s, 85.2% of copy, 2.77x torch.softmax
 #include <cuda_bf16.h>
 #include "common/fast_exp.cuh"     // fast_exp2, LOG2E, NEG_INF
-#include "common/reductions.cuh"   // FULL_MASK (the (m, d) merge brings its own shuffles)
+#include "common/reductions.cuh"   // FULL_MASK
+#include "common/online_softmax.cuh"   // rescale, merge, online_update, online_block_merge
 #include "common/bf16_pack.cuh"    // unpack8
 #include "common/softmax_out.cuh"  // softmax_write_row
-
-// exp(m_old - m_new): the factor that moves a normaliser from max m_old to max m_new (>= m_old).
-// A state that has seen no finite value (m_old = -inf) is scaled by 0, never by exp(-inf - -inf) = NaN.
-__device__ __forceinline__ float rescale(float m_old, float m_new)
-{
-    return m_old == NEG_INF ? 0.f : fast_exp2((m_old - m_new) * LOG2E);
-}
-
-// merge the state (mb, db) into (m, d)
-__device__ __forceinline__ void merge(float& m, float& d, float mb, float db)
-{
-    const float mm = fmaxf(m, mb);
-    d = d * rescale(m, mm) + db * rescale(mb, mm);
-    m = mm;
-}
-
-// fold CNT values (absent ones passed as -inf) into the running state (m, d)
-template <int CNT>
-__device__ __forceinline__ void online_update(float& m, float& d, const float* v)
-{
-    float c = v[0];
-#pragma unroll
-    for (int j = 1; j < CNT; ++j) {
-        c = fmaxf(c, v[j]);                          // fmaxf ignores NaN; the sum below catches it
-    }
-    const float m_new = fmaxf(m, c);
-    const float ref = m_new == NEG_INF ? 0.f : m_new; // nothing finite yet: exp(v - 0) is 0 (or NaN)
-    float s = 0.f;
-#pragma unroll
-    for (int j = 0; j < CNT; ++j) {
-        s += fast_exp2((v[j] - ref) * LOG2E);
-    }
-    d = d * rescale(m, m_new) + s;
-    m = m_new;
-}
 
 // grid = M blocks, blockDim a power of two from 32 to 1024; any N. At most 32 registers (two 1024-thread
 // blocks per SM): the four vectors in flight are folded in one at a time, 8 values per update.
@@ -110,28 +76,8 @@ softmax_online(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ 
     }
 
     // merge the states: 32 lanes by shuffles, then the warps' states through shared memory
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        merge(m, d, __shfl_xor_sync(FULL_MASK, m, o), __shfl_xor_sync(FULL_MASK, d, o));
-    }
-    const int nwarps = T >> 5;
-    if (nwarps > 1) {
-        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-        if (lane == 0) {
-            red_m[warp] = m;
-            red_d[warp] = d;
-        }
-        __syncthreads();
-        m = lane < nwarps ? red_m[lane] : NEG_INF;
-        d = lane < nwarps ? red_d[lane] : 0.f;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            merge(m, d, __shfl_xor_sync(FULL_MASK, m, o), __shfl_xor_sync(FULL_MASK, d, o));
-        }
-    }
-    // the merge is not bit-symmetric (a*b + c*d may fuse either way): take lane 0's result everywhere
-    m = __shfl_sync(FULL_MASK, m, 0);
-    const float inv = 1.f / __shfl_sync(FULL_MASK, d, 0);
+    online_block_merge(m, d, red_m, red_d);
+    const float inv = 1.f / d;
 
     // pass 2: y = exp(x - m) / d, re-reading the row
     softmax_write_row(xr, yr, N, m, inv);
