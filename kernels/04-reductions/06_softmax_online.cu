@@ -25,10 +25,7 @@
 //   online at 16384x32768: 0.5547 ms, 3871 GB/s, 91.8% of copy, 1.67x torch.softmax
 //   online at 65536x4096: 0.2996 ms, 3584 GB/s, 85.2% of copy, 2.77x torch.softmax
 #include <cuda_bf16.h>
-#include "common/fast_exp.cuh"     // fast_exp2, LOG2E, NEG_INF
-#include "common/reductions.cuh"   // FULL_MASK
-#include "common/online_softmax.cuh"   // rescale, merge, online_update, online_block_merge
-#include "common/bf16_pack.cuh"    // unpack8
+#include "common/online_softmax.cuh"   // online_row_state, online_block_merge
 #include "common/softmax_out.cuh"  // softmax_write_row
 
 // grid = M blocks, blockDim a power of two from 32 to 1024; any N. At most 32 registers (two 1024-thread
@@ -37,43 +34,13 @@ extern "C" __global__ void __launch_bounds__(1024, 2)
 softmax_online(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ y, int M, int N)
 {
     __shared__ float red_m[32], red_d[32];
-    const int T = blockDim.x;
     const long long base = (long long)blockIdx.x * N;   // 64-bit: M*N may exceed 2^31
     const __nv_bfloat16* __restrict__ xr = x + base;
     __nv_bfloat16* __restrict__ yr = y + base;
-    const bool vec = (N & 7) == 0;
-    const int nvec = N >> 3;
-    const uint4* __restrict__ xv = reinterpret_cast<const uint4*>(xr);
-    const uint4 neg_inf8 = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);  // 8 x bf16 -inf
 
     // pass 1: each thread's (m, d) over its chunks
-    float m = NEG_INF, d = 0.f;
-    if (vec) {
-        for (int c = threadIdx.x; c < nvec; c += 4 * T) {
-            uint4 v[4];
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const int i = c + k * T;
-                v[k] = i < nvec ? xv[i] : neg_inf8;      // absent vectors count as exp(-inf) = 0
-            }
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                float f[8];
-                unpack8(v[k], f);
-                online_update<8>(m, d, f);
-            }
-        }
-    } else {
-        for (int c = threadIdx.x; c < N; c += 4 * T) {
-            float f[4];
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const int i = c + k * T;
-                f[k] = i < N ? __bfloat162float(xr[i]) : NEG_INF;
-            }
-            online_update<4>(m, d, f);
-        }
-    }
+    float m, d;
+    online_row_state(xr, N, m, d);
 
     // merge the states: 32 lanes by shuffles, then the warps' states through shared memory
     online_block_merge(m, d, red_m, red_d);

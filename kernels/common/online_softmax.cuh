@@ -3,8 +3,10 @@
 // and merged between threads as (m, d) + (m', d') = (M, d exp(m - M) + d' exp(m' - M)), M = max(m, m').
 // A state that has seen no finite value (m = -inf) is rescaled by 0, never by exp(-inf - -inf) = NaN.
 #pragma once
+#include <cuda_bf16.h>
 #include "common/fast_exp.cuh"     // fast_exp2, LOG2E, NEG_INF
 #include "common/reductions.cuh"   // FULL_MASK
+#include "common/bf16_pack.cuh"    // unpack8
 
 // exp(m_old - m_new): the factor that moves a normaliser from max m_old to max m_new (>= m_old).
 // A state that has seen no finite value (m_old = -inf) is scaled by 0, never by exp(-inf - -inf) = NaN.
@@ -68,4 +70,45 @@ __device__ __forceinline__ void online_block_merge(float& m, float& d, float* re
     }
     m = __shfl_sync(FULL_MASK, m, 0);
     d = __shfl_sync(FULL_MASK, d, 0);
+}
+
+// This thread's (m, d) over its part of a bf16 row of N values: elements c, c + T, ... (T = blockDim.x),
+// 16-byte vectors with four loads in flight when N % 8 == 0 (the row then starts 16-byte aligned), else
+// single elements. Absent values count as -inf (exp = 0). Merge the threads' states with
+// online_block_merge.
+__device__ __forceinline__ void online_row_state(const __nv_bfloat16* __restrict__ xr, int N, float& m, float& d)
+{
+    const int T = blockDim.x;
+    const bool vec = (N & 7) == 0;
+    const int nvec = N >> 3;
+    const uint4* __restrict__ xv = reinterpret_cast<const uint4*>(xr);
+    const uint4 neg_inf8 = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);  // 8 x bf16 -inf
+    m = NEG_INF;
+    d = 0.f;
+    if (vec) {
+        for (int c = threadIdx.x; c < nvec; c += 4 * T) {
+            uint4 v[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int i = c + k * T;
+                v[k] = i < nvec ? xv[i] : neg_inf8;      // absent vectors count as exp(-inf) = 0
+            }
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                float f[8];
+                unpack8(v[k], f);
+                online_update<8>(m, d, f);
+            }
+        }
+    } else {
+        for (int c = threadIdx.x; c < N; c += 4 * T) {
+            float f[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int i = c + k * T;
+                f[k] = i < N ? __bfloat162float(xr[i]) : NEG_INF;
+            }
+            online_update<4>(m, d, f);
+        }
+    }
 }
