@@ -95,7 +95,7 @@ def test_csv_points_and_reasons(tmp_path):
     assert by["alice", "TOTAL"]["points"] == "14" and by["alice", "TOTAL"]["max_points"] == "14"
 
     bob = by["bob", "01.copy_probe"]
-    assert bob["points"] == "4" and bob["lost"].startswith("-2 speed: 4") and "needs 90%" in bob["lost"]
+    assert bob["points"] == "4" and bob["lost"].startswith("-2 speed: 4") and "needs 85%" in bob["lost"]
     assert by["bob", "01.numbers"]["points"] == "7" and by["bob", "01.numbers"]["lost"].startswith("-1 add_bytes:")
 
     carol = by["carol", "01.copy_probe"]

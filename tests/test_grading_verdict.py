@@ -32,10 +32,10 @@ def test_all_right_and_fast():
   n=1000003                  ok
   n=134217728 (speed shape)  ok
 correctness: PASS, 6 of 6 shapes   3/3
-speed: PASS [97.3% of copy: 4022 vs 4133 GB/s, 0.2670 ms], needs 90% of copy   2/2
+speed: PASS [97.3% of copy: 4022 vs 4133 GB/s, 0.2670 ms], needs 85% of copy   2/2
 points: 5/5 (public tests; hidden tests add 1 more)"""
     assert v.points == 5 and v.passed and not v.lost
-    assert "speed: PASS [SPEED], needs 90%" in sanitize(v.text)
+    assert "speed: PASS [SPEED], needs 85%" in sanitize(v.text)
 
 
 def test_wrong_element_names_shape_index_expected_got():
@@ -51,8 +51,8 @@ def test_wrong_element_names_shape_index_expected_got():
 def test_slow_kernel_loses_the_speed_points_with_the_figure():
     sp = SpeedResult("measured", "x", kernel_ms=0.6105, copy_ms=0.2570, bytes=8 * 2 ** 27)
     v = score(COPY, run_of(COPY, [("ok", "")] * 6, speed=sp), speed_requested=True)
-    assert re.search(r"speed: FAIL \[42\.1% of copy: \d+ vs \d+ GB/s, 0\.6105 ms\], needs 90% of copy   0/2", v.text)
-    assert v.lost == ["-2 speed: 42.1% of copy bandwidth, needs 90%"] and v.points == 3
+    assert re.search(r"speed: FAIL \[42\.1% of copy: \d+ vs \d+ GB/s, 0\.6105 ms\], needs 85% of copy   0/2", v.text)
+    assert v.lost == ["-2 speed: 42.1% of copy bandwidth, needs 85%"] and v.points == 3
 
 
 def test_crash_and_time_limit_messages():

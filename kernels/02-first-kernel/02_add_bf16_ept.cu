@@ -14,7 +14,14 @@
 // keep it a little under the 128-bit kernels of chapter 03). Block size: 32 threads per block caps an SM
 // at 32 blocks = 1024 threads (half the bytes in flight: slowest); 64 to 1024 all fill the 2048 thread
 // slots, a plateau within a few percent.
-// Result (H200, the lab's sweep over block size and ept): see the chapter 02 lab.
+//
+// Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "add_bf16_launch"):
+//   t0032_ept1 at 67108864: x
+//   t0256_ept1 at 67108864: x
+//   t0256_ept2 at 67108864: x
+//   t0256_ept4 at 67108864: x
+//   t0256_ept8 at 67108864: x
+//   t1024_ept4 at 67108864: x
 #include <cuda_bf16.h>
 
 #ifndef EPT

@@ -6,6 +6,9 @@ Kernels (kernels/02-first-kernel/):
 
 bf16 arrays are CuPy uint16 arrays of bit patterns (labkit.bf16). Lab tools: `launch_sweep` (block size x
 elements per thread) and `l2_trap` (the same kernel timed with and without an L2 flush).
+Records: op add_bf16 (the naive kernel at 2^28, against torch.add) and op add_bf16_launch (the launch sweep
+at 2^26, one record per configuration, named by `launch_kernel_name`; full runs only), from which the book
+reads its figures.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from ..measure.compile import kernel
 from ..errors import KernelInputError
 from ..measure.timing import bench
 
-HEADLINE = {"add_bf16": "268435456"}   # the shape the book's plain figures of each op refer to
+HEADLINE = {"add_bf16": "268435456", "add_bf16_launch": "67108864"}   # the shape of each op's plain figures
 
 ADD_NAIVE = "02-first-kernel/01_add_bf16.cu"
 ADD_EPT = "02-first-kernel/02_add_bf16_ept.cu"
@@ -199,12 +202,28 @@ def checked_sweep(configs, launch, y, ref, what, desc: str, progress: bool = Tru
     return timed
 
 
+def launch_kernel_name(threads: int, ept: int) -> str:
+    """The record name of one launch configuration of the sweep: t0256_ept1 (threads, elements per thread)."""
+    return f"t{threads:04d}_ept{ept}"
+
+
+def block_cost_ns(records, sms: int, threads=(32, 64, 128)) -> dict[int, float]:
+    """{threads: ns per block per SM} of the sweep's `ept` = 1 records (op add_bf16_launch) at small block
+    sizes, where a block moves so few bytes that its start and retirement set the time: the median time over
+    the number of blocks each SM runs."""
+    out = {}
+    for r in records:
+        if r.op == "add_bf16_launch" and r.kernel.endswith("_ept1") and int(r.kernel[1:5]) in threads:
+            out[int(r.kernel[1:5])] = r.median_ms * 1e6 / (r.shape[0] / int(r.kernel[1:5]) / sms)
+    return dict(sorted(out.items()))
+
+
 def launch_sweep(n: int = 1 << 28, threads=SWEEP_THREADS, epts=SWEEP_EPT, progress: bool = True) -> list[dict]:
     """Time `add_elements_per_thread` over block sizes x elements per thread on n elements.
 
     Each configuration is first checked bit for bit against a GPU reference, then timed with the L2
     flushed before every run. Returns one dict per configuration: threads, ept, blocks, median_ms,
-    spread_ms, gbps (6n bytes over the median).
+    spread_ms, gbps (6n bytes over the median), timing (the Timing itself).
     """
     import cupy as cp
     if n < 1:
@@ -216,7 +235,8 @@ def launch_sweep(n: int = 1 << 28, threads=SWEEP_THREADS, epts=SWEEP_EPT, progre
                           lambda t, e: f"add_bf16_ept threads={t} ept={e} n={n}",
                           "block size x elements per thread", progress)
     return [{"threads": t, "ept": e, "blocks": -(-n // (t * e)), "median_ms": tm.median_ms,
-             "spread_ms": tm.spread_ms, "gbps": 6 * n / (tm.median_ms * 1e-3) / 1e9} for (t, e), tm in timed]
+             "spread_ms": tm.spread_ms, "gbps": 6 * n / (tm.median_ms * 1e-3) / 1e9, "timing": tm}
+            for (t, e), tm in timed]
 
 
 def l2_trap(sizes_bytes=L2_TRAP_SIZES, threads: int = 256, progress: bool = True) -> list[dict]:
@@ -292,3 +312,11 @@ def benchmarks(ctx):
         ctx.log.append("torch not installed: add_bf16 recorded without a baseline")
     yield ctx.record(chapter="02", op="add_bf16", kernel="naive", shape=[n], dtype="bfloat16", bytes=6 * n,
                      flops=n, timing=t, baseline=base_name, baseline_timing=base, ceiling="copy")
+    if ctx.quick:                  # the lab runs the sweep itself (its section 5) and wants one record here
+        return
+    # the launch-configuration sweep the book reads its figures from
+    m = 2**26
+    for r in launch_sweep(n=m, progress=False):
+        yield ctx.record(chapter="02", op="add_bf16_launch", kernel=launch_kernel_name(r["threads"], r["ept"]),
+                         shape=[m], dtype="bfloat16", bytes=6 * m, flops=m, timing=r["timing"], ceiling="copy",
+                         note=f"{r['blocks']} blocks")

@@ -9,16 +9,13 @@ so every N works.
 """
 from __future__ import annotations
 
-import functools
-import importlib.util
 import sys
 
 import numpy as np
 
 from ..measure.checks import GuardedOutput, expect
-from ..measure.compile import kernel
+from ..measure.compile import kernel, python_kernels
 from ..errors import KernelInputError
-from ..paths import KERNELS
 from ..measure.timing import bench
 
 HEADLINE = {"rmsnorm": "65536x4096", "layernorm": "65536x4096", "softmax": "65536x4096", "smem_transpose": "8192x8192"}   # the shape the book's plain figures of each op refer to
@@ -27,6 +24,7 @@ RMSNORM_BLOCK_SMEM = "04-reductions/01_rmsnorm_block_smem.cu"
 RMSNORM_REGS = "04-reductions/02_rmsnorm_regs.cu"
 LAYERNORM_TWOPASS = "04-reductions/03_layernorm_twopass.cu"
 LAYERNORM_WELFORD = "04-reductions/04_layernorm_welford.cu"
+LAYERNORM_REGS = "04-reductions/10_layernorm_regs.cu"
 SOFTMAX_THREE_PASS = "04-reductions/05_softmax_three_pass.cu"
 SOFTMAX_ONLINE = "04-reductions/06_softmax_online.cu"
 SOFTMAX_REGS = "04-reductions/07_softmax_regs.cu"
@@ -42,6 +40,7 @@ BF16_MAX = 3.3895313892515355e38
 # __launch_bounds__ allow.
 RMS_VPT, RMS_MAX_BLOCK = 4, 1024               # rmsnorm_regs: __launch_bounds__(1024, 2)
 WELFORD_VPT, WELFORD_MAX_BLOCK = 2, 1024       # layernorm_welford: __launch_bounds__(1024, 2)
+LN_REGS_VPT, LN_REGS_MAX_BLOCK = 4, 512        # layernorm_regs: __launch_bounds__(512, 3)
 SOFTMAX_VPT, SOFTMAX_MAX_BLOCK = 4, 256        # softmax_regs: __launch_bounds__(256)
 SOFTMAX_LONG_VPT, SOFTMAX_LONG_MAX_BLOCK = 8, 512   # softmax_regs_long: __launch_bounds__(512, 2)
 CHUNKED_MAX_BLOCK = 512        # rmsnorm_regs_chunked, layernorm_welford_chunked, layernorm_twopass
@@ -49,7 +48,7 @@ ROW_MAX_BLOCK = 1024           # softmax_three_pass, softmax_online
 MIN_BLOCK = 256                # register kernels put several short rows in one block of at least this
 
 RMSNORM_VERSIONS = ("block_smem", "regs")
-LAYERNORM_VERSIONS = ("twopass", "welford")
+LAYERNORM_VERSIONS = ("twopass", "welford", "regs")
 SOFTMAX_VERSIONS = ("three_pass", "online", "regs")
 TRANSPOSE_VERSIONS = ("conflicted", "padded")
 
@@ -148,8 +147,10 @@ def rmsnorm(x, w, y, version: str = "regs", eps: float = RMS_EPS, *, vecs_per_th
 def layernorm(x, w, b, y, version: str = "welford", eps: float = LN_EPS, *, vecs_per_thread: int | None = None):
     """y = (x - mean) * rsqrt(var + eps) * w + b per row (biased variance, as F.layer_norm), bf16.
 
-    version: "twopass" (mean, then variance around it, re-reading the row) or "welford" (row in
-    registers, Welford + Chan merge; rows it cannot hold go to its chunked kernel)."""
+    version: "twopass" (mean, then variance around it, re-reading the row), "welford" (row in
+    registers, Welford + Chan merge) or "regs" (row in registers, mean then variance around it, two
+    passes over the registers); rows the register kernels cannot hold go to Welford's chunked kernel.
+    vecs_per_thread overrides the register kernel's compile-time VECS_PER_THREAD (for experiments)."""
     M, N = _row_inputs(x, y, [("w", w), ("b", b)])
     if version not in LAYERNORM_VERSIONS:
         raise KernelInputError(f"unknown layernorm version {version!r}; choose one of {LAYERNORM_VERSIONS}")
@@ -160,11 +161,14 @@ def layernorm(x, w, b, y, version: str = "welford", eps: float = LN_EPS, *, vecs
         k = kernel(LAYERNORM_TWOPASS, "layernorm_twopass")
         k((M,), (_row_threads(N, CHUNKED_MAX_BLOCK),), (x, w, b, y) + args_tail)
         return y
-    vpt = vecs_per_thread or WELFORD_VPT
-    plan = _regs_plan(N, vpt, WELFORD_MAX_BLOCK)
+    source, name, default_vpt, max_block = ((LAYERNORM_REGS, "layernorm_regs", LN_REGS_VPT, LN_REGS_MAX_BLOCK)
+                                            if version == "regs" else
+                                            (LAYERNORM_WELFORD, "layernorm_welford", WELFORD_VPT, WELFORD_MAX_BLOCK))
+    vpt = vecs_per_thread or default_vpt
+    plan = _regs_plan(N, vpt, max_block)
     if plan is not None:
         tpr_log2, block = plan
-        k = kernel(LAYERNORM_WELFORD, "layernorm_welford", _vpt_options("VECS_PER_THREAD", vpt, WELFORD_VPT))
+        k = kernel(source, name, _vpt_options("VECS_PER_THREAD", vpt, default_vpt))
         k((-(-M // (block >> tpr_log2)),), (block,), (x, w, b, y) + args_tail + (_i32(tpr_log2),))
     else:
         k = kernel(LAYERNORM_WELFORD, "layernorm_welford_chunked")
@@ -232,15 +236,10 @@ def transpose(x, y, version: str = "padded"):
 
 # ----------------------------------------------------------------------------------- Triton and torch
 
-@functools.lru_cache(maxsize=1)
 def triton_kernels():
     """The module kernels/04-reductions/09_triton_softmax_rmsnorm.py (imported by path; it is not a
     package). Raises ImportError where Triton or PyTorch is missing."""
-    path = KERNELS / TRITON_SOURCE
-    spec = importlib.util.spec_from_file_location("ch04_triton_softmax_rmsnorm", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return python_kernels(TRITON_SOURCE)
 
 
 def _torch():

@@ -38,6 +38,8 @@ METRICS = {  # ncu metric -> column shown in the book
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum": "smem bank conflicts",
     "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active": "FMA pipe %",
     "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": "tensor pipe %",
+    # exp2, rsqrt, reciprocals and conversions: what a softmax or a norm may wait for besides memory
+    "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active": "XU pipe %",
     "sm__throughput.avg.pct_of_peak_sustained_elapsed": "SM % of peak",
     # warps stalled per issued instruction, by reason (ncu's WarpStateStats): what a warp waits for
     "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio": "barrier stall",

@@ -132,15 +132,18 @@ class Recorded:
                roofs=roofs, title=title or f"chapter {self.chapter}, {self.gpu['name']}, {self.date}")
         plt.show()
 
-    def profile(self):
-        if not self.profiles:
-            raise LookupError(f"no profiler readings recorded for chapter {self.chapter}")
-        cols = list(dict.fromkeys(c for p in self.profiles for c in p["metrics"]))
+    def profile(self, ops=None):
+        """The profiler readings (of the records of `ops` only, when given) as a table."""
+        profiles = [p for p in self.profiles if ops is None or p.get("op") in ops]
+        if not profiles:
+            raise LookupError(f"no profiler readings recorded for chapter {self.chapter}"
+                              + (f" and ops {', '.join(ops)}" if ops else ""))
+        cols = list(dict.fromkeys(c for p in profiles for c in p["metrics"]))
         head = "| kernel | measured for | " + " | ".join(cols) + " |\n|---|---|" + "---|" * len(cols) + "\n"
         body = "".join(f"| {p['kernel']} | {p.get('op', '')} {p.get('record', '')} at {p.get('shape', '?')} | "
-                       + " | ".join(str(p["metrics"].get(c, "")) for c in cols) + " |\n" for p in self.profiles)
-        return _markdown(head + body + f"\nNsight Compute (`{self.profiles[0].get('tool', 'ncu')}`) on "
-                         f"{self.gpu['name']}, {self.profiles[0].get('recorded_at', '')[:10]}: one launch of each "
+                       + " | ".join(str(p["metrics"].get(c, "")) for c in cols) + " |\n" for p in profiles)
+        return _markdown(head + body + f"\nNsight Compute (`{profiles[0].get('tool', 'ncu')}`) on "
+                         f"{self.gpu['name']}, {profiles[0].get('recorded_at', '')[:10]}: one launch of each "
                          "kernel at the benchmark shape named beside it, the shape of the table above.")
 
 
