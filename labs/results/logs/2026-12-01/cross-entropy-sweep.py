@@ -20,10 +20,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
 import cupy as cp  # noqa: E402
 
 from labkit.chapters import ch10  # noqa: E402
+from labkit.measure.compile import kernel  # noqa: E402
 from labkit.measure.device import gpu_info  # noqa: E402
 from labkit.measure.timing import bench_interleaved  # noqa: E402
 
 BUILDS = [(1024, 1), (512, 1), (512, 2), (256, 1), (256, 2), (256, 4)]     # (THREADS, blocks per SM)
+
+
+def resident(threads: int) -> int:
+    """Blocks of the fused kernel's THREADS build that fit on one SM (the driver's occupancy calculator)."""
+    k = kernel(ch10.FUSED, "ce_fused", (f"-DTHREADS={threads}",))
+    return cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(k.kernel.ptr, threads, 0)
 
 
 def main(outdir: Path):
@@ -54,7 +61,10 @@ def main(outdir: Path):
         ts = bench_interleaved(fns, max_reps=20)
         copy_ms = ts["copy"].median_ms
         for name, tm in ts.items():
-            bps = int(name.split("x")[-1]) if name.startswith("fused") else None
+            bps = None
+            if name.startswith("fused"):
+                threads = int(name.split()[1][1:])
+                bps = min(int(name.split("x")[-1]), resident(threads))      # the blocks that run at once
             row = {"shape": [N, V], "kernel": name, "ms": tm.median_ms, "gbps": nbytes / (tm.median_ms * 1e-3) / 1e9,
                    "pct_of_copy": 100 * copy_ms / tm.median_ms,
                    "rows_in_flight_mb": (bps * sms * V * 2 / 1e6) if bps else None}
