@@ -2,7 +2,8 @@
 # The recordings chapters 01-04 (revised) and 10 (new) wait for, one runner call each, every step packed the
 # moment it ends (a call cut short by its limit keeps what finished). Run from the project root on the runner:
 #   bash labs/results/logs/2026-12-01/record-01-04-10.sh OUTDIR a     # ch01 notebooks, ch02 in full, ch03 in full
-#   bash labs/results/logs/2026-12-01/record-01-04-10.sh OUTDIR b     # ch04 in full, sanitizer log, CE sweep
+#   bash labs/results/logs/2026-12-01/record-01-04-10.sh OUTDIR b     # ch04 in full, sanitizer log, softmax
+#                                                                      # gain over 5 runs, CE sweep
 #   bash labs/results/logs/2026-12-01/record-01-04-10.sh OUTDIR c     # ch10 in full (after the sweep's defaults)
 # Budget each call at 560 s of the 600 s limit; the step timeouts below add up to less.
 set -u
@@ -29,6 +30,7 @@ case $part in
   b)
     step ch04 300 python3 -m labkit gpu-check --chapter 04
     step sanitizer 60 python3 "$L/sanitizer-pool.py"
+    step softmax-repeat 90 python3 "$L/softmax-passes-repeat.py" "$out"
     step ce-sweep 150 python3 "$L/cross-entropy-sweep.py" "$out" ;;
   c)
     step ch10 540 python3 -m labkit gpu-check --chapter 10 ;;
