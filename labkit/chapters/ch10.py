@@ -18,14 +18,13 @@ launches; `launcher` returns a zero-argument function for timing.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import numpy as np
 
 from ..errors import CheckFailed, KernelInputError
 from ..measure import bf16
 from ..measure.checks import GuardedOutput, expect
-from ..measure.compile import kernel
+from ..measure.compile import kernel, launch_config
 from ..measure.timing import bench_interleaved
 
 OP = "cross_entropy"
@@ -120,14 +119,6 @@ def mismatches(loss, lse, grad, mean, ref) -> list[str]:
 
 # --------------------------------------------------------------------------------------------- wrappers
 
-@functools.lru_cache(maxsize=None)
-def geometry(path: str, options: tuple = ()) -> tuple[int, ...]:
-    import cupy as cp
-    out = cp.zeros(8, dtype=cp.int32)
-    kernel(path, "launch_config", options)((1,), (1,), (out,))
-    return tuple(int(v) for v in out.get())
-
-
 def _inputs(x, target, grad, loss, lse, loss_mean):
     """Validate the arrays of one call; return N, V. grad may be x itself (in place)."""
     expect("x", x, dtype=np.uint16, ndim=2, align=2)
@@ -179,7 +170,7 @@ def launcher(x, target, grad, loss, lse, loss_mean, *, version: str = BEST, scal
         scale = 1.0 / n if n else 0.0
     opts = () if threads is None else (f"-DTHREADS={int(threads)}",)
     path = VERSIONS[version].path
-    cfg = geometry(path, opts)
+    cfg = launch_config(path, opts)
     f32, i32 = np.float32(scale), np.int32(ignore_index)
     if version == "two_pass":
         lse_k, grad_k = kernel(path, "ce_lse", opts), kernel(path, "ce_grad", opts)

@@ -130,6 +130,16 @@ def load_module(path_or_source, options=(), name_expressions=None):
     return _load_module(source, name, tuple(options), tuple(name_expressions) if name_expressions else None)
 
 
+@functools.lru_cache(maxsize=None)
+def launch_config(path: str, options: tuple = ()) -> tuple[int, ...]:
+    """The 16 ints a build's own `launch_config(int* out)` kernel writes: its geometry as the source computes
+    it, so the host never repeats the macro arithmetic. Read once per build (on the GPU)."""
+    import cupy as cp
+    out = cp.zeros(16, dtype=cp.int32)
+    load_module(path, tuple(options)).get_function("launch_config")((1,), (1,), (out,))
+    return tuple(int(x) for x in out.get())
+
+
 @functools.lru_cache(maxsize=256)
 def _load_module(source: str, name: str, options: tuple, name_expressions):
     cp = require_gpu("compiling and running a kernel")
