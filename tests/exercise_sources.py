@@ -1,6 +1,6 @@
-"""The exercise sources the grader's tests start from: a task's reference solution or its student stub, read
-from its chapter's notebooks (the one place they live), and the one-place edits that make wrong submissions
-out of a solution."""
+"""What the grader's tests share: a task's reference solution or its student stub, read from its chapter's
+notebooks (the one place they live), the one-place edits that make wrong submissions out of a solution, and
+the reading of one line of a verdict."""
 from __future__ import annotations
 
 from labkit.grading import notebook as N
@@ -28,3 +28,11 @@ def edit(src: str, old: str, new: str) -> str:
     """`src` with its one occurrence of `old` replaced: a wrong kernel made from the solution."""
     assert src.count(old) == 1, f"{old!r} is not in the solution exactly once: update this test's edit"
     return src.replace(old, new)
+
+
+def verdict_line(verdict, start: str) -> str:
+    """The verdict's line (stripped) for a shape or summary, e.g. verdict_line(v, "n=257") or (v, "speed:")."""
+    for ln in verdict.text.splitlines():
+        if ln.strip().startswith(start):
+            return ln.strip()
+    raise AssertionError(f"no line starting with {start!r} in:\n{verdict.text}")

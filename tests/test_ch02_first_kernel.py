@@ -18,6 +18,7 @@ def sweep_record(threads: int, ept: int, ms: float, n: int = 2**26, op: str = "a
 def test_launch_records_are_named_by_threads_and_elements_per_thread():
     assert ch02.launch_kernel_name(32, 1) == "t0032_ept1"
     assert ch02.launch_kernel_name(1024, 8) == "t1024_ept8"
+    assert ch02.launch_of("t0032_ept1") == (32, 1) and ch02.launch_of(ch02.launch_kernel_name(1024, 8)) == (1024, 8)
     assert sorted(ch02.launch_kernel_name(t, e) for t in ch02.SWEEP_THREADS for e in ch02.SWEEP_EPT) == \
         sorted({ch02.launch_kernel_name(t, e) for t in ch02.SWEEP_THREADS for e in ch02.SWEEP_EPT})
 

@@ -25,7 +25,7 @@ from labkit.grading import worker as W
 from labkit.grading.verdict import SPEED_PATTERN, CaseResult, RunResult, SpeedResult, sanitize, score
 from labkit.paths import LABS
 
-from exercise_sources import edit as _edit, solution_source, student_source
+from exercise_sources import edit as _edit, solution_source, student_source, verdict_line as line
 
 pytestmark = pytest.mark.chapter("05")
 
@@ -223,12 +223,6 @@ def test_the_student_tree_strips_the_hidden_generators():
 
 
 # ------------------------------------------------------------------------------------------ GPU
-
-def line(v, start: str) -> str:
-    for ln in v.text.splitlines():
-        if ln.strip().startswith(start):
-            return ln.strip()
-    raise AssertionError(f"no line starting with {start!r} in:\n{v.text}")
 
 
 TF32_HELPER = ('__device__ __forceinline__ float tf32(float x) { return __uint_as_float(__float_as_uint(x) '

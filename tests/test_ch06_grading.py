@@ -25,7 +25,7 @@ from labkit.grading import worker as W
 from labkit.grading.verdict import CaseResult, RunResult, SpeedResult, score
 from labkit.paths import LABS
 
-from exercise_sources import edit as _edit, solution_source, student_source
+from exercise_sources import edit as _edit, solution_source, student_source, verdict_line as line
 
 pytestmark = pytest.mark.chapter("06")
 
@@ -369,12 +369,6 @@ def test_cublas_from_the_kernel_or_python_is_refused_without_a_gpu():
 
 
 # ------------------------------------------------------------------------------------------ GPU
-
-def line(v, start: str) -> str:
-    for ln in v.text.splitlines():
-        if ln.strip().startswith(start):
-            return ln.strip()
-    raise AssertionError(f"no line starting with {start!r} in:\n{v.text}")
 
 
 @pytest.mark.gpu

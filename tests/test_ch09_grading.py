@@ -21,7 +21,7 @@ from labkit.grading import tasks as T
 from labkit.grading.verdict import CaseResult, RunResult, SpeedResult, score
 from labkit.paths import LABS
 
-from exercise_sources import edit as _edit, solution_source, student_source
+from exercise_sources import edit as _edit, solution_source, student_source, verdict_line as line
 
 pytestmark = pytest.mark.chapter("09")
 
@@ -240,12 +240,6 @@ def test_the_wrong_kernels_of_the_gpu_tests_compile():
 
 
 # ------------------------------------------------------------------------------------------ GPU
-
-def line(v, start: str) -> str:
-    for ln in v.text.splitlines():
-        if ln.strip().startswith(start):
-            return ln.strip()
-    raise AssertionError(f"no line starting with {start!r} in:\n{v.text}")
 
 
 @pytest.mark.gpu

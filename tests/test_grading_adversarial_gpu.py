@@ -12,16 +12,9 @@ from labkit.grading import release as R
 from labkit.grading import tasks as T
 from labkit.paths import LABS
 
-from exercise_sources import solution_source
+from exercise_sources import solution_source, verdict_line as line
 
 pytestmark = pytest.mark.gpu
-
-
-def line(verdict, start: str) -> str:
-    for ln in verdict.text.splitlines():
-        if ln.strip().startswith(start):
-            return ln
-    raise AssertionError(f"no line starting with {start!r} in:\n{verdict.text}")
 
 
 COPY_HEAD = 'extern "C" __global__ void copy_probe(const float* __restrict__ x, float* __restrict__ y, long long n)\n'

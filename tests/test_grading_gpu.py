@@ -15,7 +15,7 @@ from labkit.grading import grade
 from labkit.grading import notebook as N
 from labkit.paths import LABS
 
-from exercise_sources import solution_source
+from exercise_sources import solution_source, verdict_line as line
 
 pytestmark = pytest.mark.gpu
 
@@ -135,14 +135,6 @@ extern "C" __global__ void rmsnorm(const __nv_bfloat16* __restrict__ x, const __
         yr[c] = __float2bfloat16(__bfloat162float(xr[c]) * inv * __bfloat162float(w[c]));
 }
 """
-
-
-def line(verdict, start: str) -> str:
-    """The verdict's line for a shape or summary, e.g. line(v, "n=257") or line(v, "speed:")."""
-    for ln in verdict.text.splitlines():
-        if ln.strip().startswith(start):
-            return ln
-    raise AssertionError(f"no line starting with {start!r} in:\n{verdict.text}")
 
 
 # ------------------------------------------------------------------------------- reference solutions

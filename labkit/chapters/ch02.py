@@ -207,14 +207,27 @@ def launch_kernel_name(threads: int, ept: int) -> str:
     return f"t{threads:04d}_ept{ept}"
 
 
+def launch_of(kernel_name: str) -> tuple[int, int]:
+    """(threads, ept) of a sweep record's name: the inverse of launch_kernel_name."""
+    t, e = kernel_name.split("_ept")
+    return int(t[1:]), int(e)
+
+
+def blocks_per_sm(record, sms: int) -> float:
+    """The blocks each SM runs in turn in a sweep record's launch: its n over threads x ept, over the SMs."""
+    threads, ept = launch_of(record.kernel)
+    return record.shape[0] / (threads * ept) / sms
+
+
 def block_cost_ns(records, sms: int, threads=(32, 64, 128)) -> dict[int, float]:
     """{threads: ns per block per SM} of the sweep's `ept` = 1 records (op add_bf16_launch) at small block
     sizes, where a block moves so few bytes that its start and retirement set the time: the median time over
     the number of blocks each SM runs."""
     out = {}
-    for r in records:
-        if r.op == "add_bf16_launch" and r.kernel.endswith("_ept1") and int(r.kernel[1:5]) in threads:
-            out[int(r.kernel[1:5])] = r.median_ms * 1e6 / (r.shape[0] / int(r.kernel[1:5]) / sms)
+    for r in (r for r in records if r.op == "add_bf16_launch"):
+        t, ept = launch_of(r.kernel)
+        if ept == 1 and t in threads:
+            out[t] = r.median_ms * 1e6 / blocks_per_sm(r, sms)
     return dict(sorted(out.items()))
 
 
