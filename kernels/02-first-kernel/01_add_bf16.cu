@@ -13,7 +13,7 @@
 // 01's table of bytes in flight, 2 : 1 traffic: 3.2 TB/s of reads x 700 ns / 132 SMs). So about a third to
 // a half of the copy bandwidth, ~0.7-0.9 ms, whatever the block size.
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "add_bf16"):
-//   naive at 268435456: 0.7782 ms, 2070 GB/s, 48.6% of copy, 0.47x torch.add
+//   naive at 268435456: 0.7588 ms, 2123 GB/s, 49.5% of copy, 0.48x torch.add
 #include <cuda_bf16.h>
 
 extern "C" __global__ void add_bf16(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ b,

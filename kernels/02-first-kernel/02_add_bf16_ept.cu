@@ -16,12 +16,12 @@
 // slots, a plateau within a few percent.
 //
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "add_bf16_launch"):
-//   t0032_ept1 at 67108864: x
-//   t0256_ept1 at 67108864: x
-//   t0256_ept2 at 67108864: x
-//   t0256_ept4 at 67108864: x
-//   t0256_ept8 at 67108864: x
-//   t1024_ept4 at 67108864: x
+//   t0032_ept1 at 67108864: 1.2667 ms, 318 GB/s, 7.6% of copy
+//   t0256_ept1 at 67108864: 0.1927 ms, 2089 GB/s, 49.8% of copy
+//   t0256_ept2 at 67108864: 0.1270 ms, 3169 GB/s, 75.6% of copy
+//   t0256_ept4 at 67108864: 0.1145 ms, 3515 GB/s, 83.8% of copy
+//   t0256_ept8 at 67108864: 0.1174 ms, 3430 GB/s, 81.8% of copy
+//   t1024_ept4 at 67108864: 0.1240 ms, 3246 GB/s, 77.4% of copy
 #include <cuda_bf16.h>
 
 #ifndef EPT

@@ -38,17 +38,17 @@
 // fits nowhere near: at most 1/16 of copy, about 6% (~250 GB/s, ~6 ms), roughly 8x slower than the naive
 // kernel, and lower still for the reasons above.
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "add_bf16"):
-//   strided at 268435456: 12.1180 ms, 133 GB/s, 3.1% of copy, 0.03x torch.add
+//   strided at 268435456: 12.3096 ms, 131 GB/s, 3.1% of copy, 0.03x torch.add
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "add_bf16_stride"):
-//   stride_0001 at 67108864: recorded by gpu-check
-//   stride_0016 at 67108864: recorded by gpu-check
-//   stride_0032 at 67108864: recorded by gpu-check
-//   stride_0064 at 67108864: recorded by gpu-check
-//   stride_0128 at 67108864: recorded by gpu-check
-//   stride_0256 at 67108864: recorded by gpu-check
-//   stride_0512 at 67108864: recorded by gpu-check
-//   stride_1024 at 67108864: recorded by gpu-check
-//   stride_2048 at 67108864: recorded by gpu-check
+//   stride_0001 at 67108864: 0.1990 ms, 2023 GB/s, 48.3% of copy, 0.97x naive (chapter 02), same n
+//   stride_0016 at 67108864: 1.9230 ms, 209 GB/s, 5.0% of copy, 0.10x naive (chapter 02), same n
+//   stride_0032 at 67108864: 3.0834 ms, 131 GB/s, 3.1% of copy, 0.06x naive (chapter 02), same n
+//   stride_0064 at 67108864: 4.0837 ms, 99 GB/s, 2.4% of copy, 0.05x naive (chapter 02), same n
+//   stride_0128 at 67108864: 6.4192 ms, 63 GB/s, 1.5% of copy, 0.03x naive (chapter 02), same n
+//   stride_0256 at 67108864: 6.6270 ms, 61 GB/s, 1.5% of copy, 0.03x naive (chapter 02), same n
+//   stride_0512 at 67108864: 4.2739 ms, 94 GB/s, 2.2% of copy, 0.04x naive (chapter 02), same n
+//   stride_1024 at 67108864: 1.8412 ms, 219 GB/s, 5.2% of copy, 0.10x naive (chapter 02), same n
+//   stride_2048 at 67108864: 1.7371 ms, 232 GB/s, 5.5% of copy, 0.11x naive (chapter 02), same n
 #include <cuda_bf16.h>
 
 extern "C" __global__ void add_bf16_strided(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ b,

@@ -14,7 +14,7 @@
 // latency-bound: above 90% of copy, a little under 2x the naive kernel. What is left is the
 // per-block cost of 2^25 / 256 = 131,072 short-lived blocks (launch, index set-up, retire).
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "add_bf16"):
-//   vec128 at 268435456: 0.3654 ms, 4408 GB/s, 103.5% of copy, 1.00x torch.add
+//   vec128 at 268435456: 0.3672 ms, 4386 GB/s, 102.8% of copy, 1.00x torch.add
 #include <cuda_bf16.h>
 #include "common/bf16_pack.cuh"   // add_bf16x2: two packed bf16 plus two more, in fp32, rounded back (RNE)
 

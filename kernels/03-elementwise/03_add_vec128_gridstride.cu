@@ -21,7 +21,7 @@
 // `vec128`: 97-100% of copy, about 1x torch. Narrower vectors need 2x / 4x the load instructions per byte:
 // W = 4 should still reach the ceiling, W = 2 may fall short of it at low blocks per SM.
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "add_bf16"):
-//   vec128_gridstride at 268435456: 0.3815 ms, 4222 GB/s, 99.1% of copy, 0.96x torch.add
+//   vec128_gridstride at 268435456: 0.3832 ms, 4203 GB/s, 98.5% of copy, 0.96x torch.add
 // (The lab sweeps the vector width and blocks per SM.)
 #include <cuda_bf16.h>
 #include "common/vector_io.cuh"   // Vec<W>: the type that moves W bf16 per access (W = 2, 4, 8)

@@ -17,7 +17,7 @@
 // F.gelu(x + b, approximate="tanh"), which has the same structure. Rounding t to bf16 also changes the
 // result slightly (within bf16 tolerance of the fused one).
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "bias_gelu"):
-//   unfused at 16384x8192: 0.2780 ms, 1931 GB/s, 45.9% of copy, 1.71x torch.nn.functional.gelu(x + b, approximate="tanh")
+//   unfused at 16384x8192: 0.2756 ms, 1948 GB/s, 45.6% of copy, 1.70x torch.nn.functional.gelu(x + b, approximate="tanh")
 #include <cuda_bf16.h>
 #include "common/vector_io.cuh"   // Vec<W> (W = 1, 8), unpack / pack: W bf16 <-> W floats
 #include "common/gelu.cuh"        // gelu_tanh

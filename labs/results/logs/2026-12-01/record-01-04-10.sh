@@ -33,6 +33,7 @@ case $part in
   b)
     step ch04 300 python3 -m labkit gpu-check --chapter 04
     step ce-sweep 120 python3 "$L/cross-entropy-sweep.py" "$out"
+    step ch03-nbval 60 python3 -m labkit gpu-check --chapter 03 --only nbval    # part a's ch03 ran out here
     step softmax-repeat 90 python3 "$L/softmax-passes-repeat.py" "$out"
     step sanitizer 60 python3 "$L/sanitizer-pool.py"
     step ch09-no-guard 60 python3 -m pytest -q -m gpu tests/test_ch09_grading.py -k no_guard ;;
