@@ -22,8 +22,8 @@
 // ~15%), not the 1.5x that counting passes naively suggests. At 16384 x 32768 (64 KB rows) the second
 // read also comes from L2 (2 blocks of 64 KB per SM in flight = 17 MB): expect ~75-85%.
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "softmax"):
-//   online at 16384x32768: 0.5547 ms, 3871 GB/s, 91.8% of copy, 1.67x torch.softmax
-//   online at 65536x4096: 0.2996 ms, 3584 GB/s, 85.2% of copy, 2.77x torch.softmax
+//   online at 16384x32768: 0.5657 ms, 3796 GB/s, 89.4% of copy, 1.63x torch.softmax
+//   online at 65536x4096: 0.2767 ms, 3881 GB/s, 91.8% of copy, 3.02x torch.softmax
 #include <cuda_bf16.h>
 #include "common/online_softmax.cuh"   // online_row_state, online_block_merge
 #include "common/softmax_out.cuh"  // softmax_write_row

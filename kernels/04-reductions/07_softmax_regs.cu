@@ -29,8 +29,8 @@
 // only 2 rows x 64 KB in flight per SM, each row's loads idle while it reduces, and twice the exps:
 // expect >= 85% of copy.
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "softmax"):
-//   regs at 16384x32768: 0.5180 ms, 4145 GB/s, 98.3% of copy, 1.79x torch.softmax
-//   regs at 65536x4096: 0.2584 ms, 4156 GB/s, 98.9% of copy, 3.22x torch.softmax
+//   regs at 16384x32768: 0.5150 ms, 4170 GB/s, 98.3% of copy, 1.79x torch.softmax
+//   regs at 65536x4096: 0.2564 ms, 4187 GB/s, 99.1% of copy, 3.26x torch.softmax
 #include <cuda_bf16.h>
 #include "common/fast_exp.cuh"     // fast_exp2, LOG2E, NEG_INF
 #include "common/reductions.cuh"   // row_max, row_sum

@@ -19,8 +19,8 @@
 // tile (16x fewer) and should run near the copy bandwidth (~85-95%: 4-byte accesses, 128 bytes per
 // warp instruction), like cupy's own transpose copy.
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "smem_transpose"):
-//   conflicted at 8192x8192: 0.3079 ms, 1744 GB/s, 41.5% of copy, 1.48x cupy.ascontiguousarray(x.T)
-//   padded at 8192x8192: 0.1492 ms, 3599 GB/s, 85.6% of copy, 3.06x cupy.ascontiguousarray(x.T)
+//   conflicted at 8192x8192: 0.3072 ms, 1748 GB/s, 41.2% of copy, 1.48x cupy.ascontiguousarray(x.T)
+//   padded at 8192x8192: 0.1482 ms, 3624 GB/s, 85.4% of copy, 3.07x cupy.ascontiguousarray(x.T)
 
 #define TILE 32
 #define ROWS 8      // blockDim = (32, 8): each thread moves TILE / ROWS = 4 elements each way
