@@ -81,6 +81,15 @@ def test_the_floor_is_one_read_and_one_write_of_the_logits():
     assert ch10.HEADLINE[ch10.OP] == "4096x128256" and tuple(ch10.SHAPES[0]) == (4096, 128256)
 
 
+def test_the_fused_build_follows_the_rows_in_flight():
+    # H200: 132 SMs, 60 MiB of L2. Two 512-thread blocks per SM while 2 x 132 rows take half the L2 or less
+    l2 = 60 * 2**20
+    assert ch10.fused_build(32000, 132, l2) == (512, 2)          # 16.9 MB in flight
+    assert ch10.fused_build(128256, 132, l2) == (1024, 1)        # 67.7 MB would be
+    edge = l2 // 2 // (2 * 132 * 2)
+    assert ch10.fused_build(edge, 132, l2) == (512, 2) and ch10.fused_build(edge + 1, 132, l2) == (1024, 1)
+
+
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("version", sorted(ch10.VERSIONS))
 def test_the_kernels_build_without_spills(version, arch):

@@ -14,8 +14,9 @@
 // Macros: THREADS (1024).
 // contract: as rung 1 (01_ce_two_pass.cu): x, grad bf16 (N, V) (grad may be x), target int32 (N), loss,
 //           lse fp32 (N), loss_mean fp32 (1) zeroed before the launch.
-// Launch: ce_fused grid min(N, SMs) (one block per SM; more blocks per SM would put twice the rows in
-// flight, 66 MB, past the L2), block THREADS.
+// Launch: ce_fused grid min(N, SMs x blocks per SM), block THREADS. The host picks the build by row length
+// (labkit.chapters.ch10.fused_build): two blocks of 512 per SM while their rows fit in half the L2, else
+// one of 1024 (two per SM at 128256 would put 66 MB in flight, past the L2).
 //
 // Prediction (H200, 4096 x 128256): 2.1 GB from DRAM, the bytes of a same-size copy. Per element two
 // exp2 (one per pass) on the SFU: 2 x 525 M at 16 per clock per SM, 132 SMs at 1.98 GHz, ~0.25 ms under
@@ -66,7 +67,7 @@ ce_fused(const __nv_bfloat16* x, const int* __restrict__ target, __nv_bfloat16* 
 }
 
 // The launch configuration of this build, for the host: out[0] = THREADS, out[1] = blocks per SM of the
-// default grid (one: the rows in flight of 1024-thread blocks at Llama 3's vocabulary fill half the L2).
+// grid for this build alone (one; the host's fused_build may ask for two of a 512-thread build).
 extern "C" __global__ void launch_config(int* out)
 {
     out[0] = THREADS;

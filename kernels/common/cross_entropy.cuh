@@ -20,16 +20,27 @@ __device__ __forceinline__ void ce_write_grad(const __nv_bfloat16* xr, __nv_bflo
             for (int i = first; i < nvec; i += stride) gv[i] = make_uint4(0u, 0u, 0u, 0u);
             return;
         }
-#pragma unroll 4
-        for (int i = first; i < nvec; i += stride) {
-            float f[8];
-            unpack8(xv[i], f);
-            const int j0 = 8 * i;
+        // Four vectors loaded before any is written: with x and g allowed to alias, the compiler may not
+        // move a later load above an earlier store, so a plain loop waits one L2 round trip per vector.
+        for (int c = first; c < nvec; c += 4 * stride) {
+            uint4 v[4];
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                f[j] = (fast_exp2((f[j] - lse) * LOG2E) - (j0 + j == t ? 1.f : 0.f)) * scale;
+            for (int k = 0; k < 4; ++k) {
+                if (c + k * stride < nvec) v[k] = xv[c + k * stride];
             }
-            gv[i] = make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int i = c + k * stride;
+                if (i >= nvec) break;
+                float f[8];
+                unpack8(v[k], f);
+                const int j0 = 8 * i;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    f[j] = (fast_exp2((f[j] - lse) * LOG2E) - (j0 + j == t ? 1.f : 0.f)) * scale;
+                }
+                gv[i] = make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
+            }
         }
     } else {
         for (int i = first; i < N; i += stride) {

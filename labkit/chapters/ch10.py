@@ -9,8 +9,8 @@ default reduction="mean" and ignore_index=-100 (an ignored row: loss 0, gradient
 
 Kernels (kernels/10-recap/):
 - 01_ce_two_pass.cu  `ce_lse` then `ce_grad`: a row reduction and an elementwise kernel (version "two_pass");
-- 02_ce_fused.cu     `ce_fused`: both passes of a row in one block, a persistent grid of one block per SM,
-                     the second read from the L2 (version "fused").
+- 02_ce_fused.cu     `ce_fused`: both passes of a row in one block, a persistent grid (one or two blocks per
+                     SM by row length, fused_build), the second read from the L2 (version "fused").
 
 bf16 tensors are CuPy uint16 arrays of bit patterns (labkit.bf16). `cross_entropy` checks its arguments and
 launches; `launcher` returns a zero-argument function for timing.
@@ -156,15 +156,30 @@ def check_targets(target, V: int, ignore_index: int = IGNORE_INDEX) -> int:
     return int(cp.count_nonzero(target != ignore_index))
 
 
+def fused_build(V: int, sms: int, l2_bytes: int) -> tuple[int, int]:
+    """The fused kernel's default (THREADS, blocks per SM) for rows of V logits: two blocks of 512 threads per
+    SM while their rows in flight (2 x SMs x V x 2 bytes) take at most half the L2, else one of 1,024, whose
+    rows alone are in flight. From the sweep of builds and grids (labs/results/logs/2026-12-01/
+    cross-entropy-sweep*.log): on the H200, 512 x 2 led at 32,000 logits a row (17 MB in flight) and lost at
+    128,256 (68 MB, past the 60 MB L2, so the second reads missed)."""
+    return (512, 2) if 2 * sms * V * 2 <= l2_bytes // 2 else (1024, 1)
+
+
 def launcher(x, target, grad, loss, lse, loss_mean, *, version: str = BEST, scale: float | None = None,
              ignore_index: int = IGNORE_INDEX, threads: int | None = None, blocks: int | None = None):
     """A zero-argument function running one forward and backward (loss_mean zeroed first), arguments checked
     once. scale None: 1 / rows not ignored (targets checked on the GPU, one synchronisation here). threads: a
-    build with that block size (-DTHREADS); blocks: the fused kernel's grid (default: one block per SM)."""
+    build with that block size (-DTHREADS); blocks: the fused kernel's grid. Neither given: the fused kernel
+    takes fused_build's choice for this row length and GPU."""
     import cupy as cp
     if version not in VERSIONS:
         raise KernelInputError(f"version {version!r}: one of {', '.join(VERSIONS)}")
     N, V = _inputs(x, target, grad, loss, lse, loss_mean)
+    dev = cp.cuda.Device()
+    sms = dev.attributes["MultiProcessorCount"]
+    if version == "fused" and threads is None and blocks is None:
+        threads, per_sm = fused_build(V, sms, dev.attributes["L2CacheSize"])
+        blocks = per_sm * sms
     if scale is None:
         n = check_targets(target, V, ignore_index)
         scale = 1.0 / n if n else 0.0
@@ -187,7 +202,6 @@ def launcher(x, target, grad, loss, lse, loss_mean, *, version: str = BEST, scal
                        (x, target, lse, grad, np.int32(V), f32, i32, np.int32(r0)))
         return run
     fused = kernel(path, "ce_fused", opts)
-    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     grid = max(1, min(N, blocks or sms * cfg[1]))
 
     def run():
