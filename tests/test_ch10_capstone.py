@@ -64,6 +64,10 @@ def test_the_checks_catch_a_wrong_gradient_and_name_the_element():
     nan = grad.copy()
     nan[0, 0] = np.nan
     assert ch10.mismatches(loss, lse, nan, mean, ref)[0].startswith("grad: 1 of 48 elements wrong; first [0, 0]")
+    assert ch10.mismatches(loss, lse, grad, mean + 1, ref)[0].startswith("loss_mean: expected")
+    assert ch10.mismatches(loss, lse, grad, None, ref) == []          # the mean left unchecked
+    assert ch10.mismatches(loss, lse, grad, float("nan"), ref) == ["loss_mean: expected "
+                                                                    f"{ref[3]:.6g}, got nan"]
 
 
 def test_random_targets_keep_both_ends_and_spread_the_ignored_rows():

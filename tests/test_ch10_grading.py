@@ -104,6 +104,23 @@ def wrong(kind: str) -> str:
 WRONG = ["no_ignore", "no_empty_guard", "no_onehot", "no_scale"]
 
 
+def test_the_verdict_of_the_reference_outputs_is_clean_and_a_wrong_row_is_named():
+    # the grader's check, on NumPy outputs: the loss and gradient of the fp64 reference pass (loss_mean is
+    # no output of the exercise's kernel, so it must not be asked for), a loss off by 1% does not
+    import numpy as np
+    from labkit.chapters import ch10
+    from labkit.measure import bf16
+    shape = (9, 40)
+    x = bf16.to_bits(np.random.default_rng(3).normal(0, 3, shape).astype(np.float32))
+    t = G.targets(shape, 5)
+    check = G._ce_verify({"x": (x, "bf16"), "target": (t, "i32")}, None)
+    loss, _, grad, _ = ch10.reference(x, t)
+    outs = {"grad": bf16.to_bits(grad.astype(np.float32)), "loss": loss.astype(np.float32)}
+    assert check(outs) is None
+    outs["loss"][4] *= 1.01
+    assert check(outs).startswith("loss: 1 of 9 rows wrong; first row 4")
+
+
 def test_the_wrong_kernels_compile():
     for kind in WRONG:
         src = wrong(kind)

@@ -11,7 +11,7 @@
 // logits, the floor of any kernel that writes a gradient. One barrier per row, after the state merge: the
 // target logit has been read (in place, the gradient overwrites it) and the merge's shared memory is free
 // for the next row.
-// Macros: THREADS (1024).
+// Macros: THREADS (1024), PREFETCH (0: no loads in flight while a batch is worked on; K: the next K).
 // contract: as rung 1 (01_ce_two_pass.cu): x, grad bf16 (N, V) (grad may be x), target int32 (N), loss,
 //           lse fp32 (N), loss_mean fp32 (1) zeroed before the launch.
 // Launch: ce_fused grid min(N, SMs x blocks per SM), block THREADS. The host picks the build by row length
@@ -36,6 +36,9 @@
 #ifndef THREADS
 #define THREADS 1024
 #endif
+#ifndef PREFETCH          // 0: each batch of 4 vectors loaded, then worked on; K: the next K in flight meanwhile
+#define PREFETCH 0
+#endif
 
 // At most 64 registers a thread whatever THREADS (1024 / THREADS blocks fit on an SM): a smaller build can
 // then run several blocks per SM when its rows are short enough for the L2 to hold them all.
@@ -52,7 +55,11 @@ ce_fused(const __nv_bfloat16* x, const int* __restrict__ target, __nv_bfloat16* 
         float x_t = 0.f;
         if (threadIdx.x == 0 && valid) x_t = __bfloat162float(xr[t]);   // before the row is overwritten
         float m, d;
+#if PREFETCH
+        ce_row_state_prefetch<PREFETCH>(xr, V, m, d);
+#else
         online_row_state(xr, V, m, d);
+#endif
         online_block_merge(m, d, red_m, red_d);
         __syncthreads();           // x_t read, red_m / red_d free: the gradient may overwrite the row
         const float lse = m + logf(d);
@@ -62,7 +69,11 @@ ce_fused(const __nv_bfloat16* x, const int* __restrict__ target, __nv_bfloat16* 
             lse_out[row] = lse;
             if (!ignored) atomicAdd(loss_mean, l * scale);
         }
+#if PREFETCH
+        ce_write_grad_prefetch<PREFETCH>(xr, gr, V, lse, valid ? t : -1, scale, ignored, threadIdx.x, THREADS);
+#else
         ce_write_grad(xr, gr, V, lse, valid ? t : -1, scale, ignored, threadIdx.x, THREADS);
+#endif
     }
 }
 
