@@ -88,10 +88,11 @@ def test_the_floor_is_one_read_and_one_write_of_the_logits():
 def test_the_fused_build_follows_the_rows_in_flight():
     # H200: 132 SMs, 60 MiB of L2. Two 512-thread blocks per SM while 2 x 132 rows take half the L2 or less
     l2 = 60 * 2**20
-    assert ch10.fused_build(32000, 132, l2) == (512, 2)          # 16.9 MB in flight
-    assert ch10.fused_build(128256, 132, l2) == (1024, 1)        # 67.7 MB would be
+    hinted = (1024, 1, ("-DPREFETCH=2", "-DHINTS=1"))
+    assert ch10.fused_build(32000, 132, l2) == (512, 2, ())      # 16.9 MB in flight
+    assert ch10.fused_build(128256, 132, l2) == hinted           # 67.7 MB would be
     edge = l2 // 2 // (2 * 132 * 2)
-    assert ch10.fused_build(edge, 132, l2) == (512, 2) and ch10.fused_build(edge + 1, 132, l2) == (1024, 1)
+    assert ch10.fused_build(edge, 132, l2) == (512, 2, ()) and ch10.fused_build(edge + 1, 132, l2) == hinted
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])

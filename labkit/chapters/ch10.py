@@ -156,13 +156,17 @@ def check_targets(target, V: int, ignore_index: int = IGNORE_INDEX) -> int:
     return int(cp.count_nonzero(target != ignore_index))
 
 
-def fused_build(V: int, sms: int, l2_bytes: int) -> tuple[int, int]:
-    """The fused kernel's default (THREADS, blocks per SM) for rows of V logits: two blocks of 512 threads per
-    SM while their rows in flight (2 x SMs x V x 2 bytes) take at most half the L2, else one of 1,024, whose
-    rows alone are in flight. From the sweep of builds and grids (labs/results/logs/2026-12-01/
-    cross-entropy-sweep*.log): on the H200, 512 x 2 led at 32,000 logits a row (17 MB in flight) and lost at
-    128,256 (68 MB, past the 60 MB L2, so the second reads missed)."""
-    return (512, 2) if 2 * sms * V * 2 <= l2_bytes // 2 else (1024, 1)
+def fused_build(V: int, sms: int, l2_bytes: int) -> tuple[int, int, tuple[str, ...]]:
+    """The fused kernel's default (THREADS, blocks per SM, -D options) for rows of V logits, from the sweeps
+    of builds and grids on the H200 (labs/results/logs/2026-12-01/cross-entropy-*.log). While two blocks'
+    rows in flight (2 x SMs x V x 2 bytes) take at most half the L2: two blocks of 512 threads per SM, the
+    plain build (77% of copy at 32,000 logits a row). Past that, one block of 1,024 per SM whose first read
+    asks the L2 to keep the row and whose gradient streams through (HINTS), with two batches of loads in
+    flight (PREFETCH=2): at 128,256 the plain build's second reads missed the L2 for 0.6 of the row (1.67 GB
+    read from DRAM against 1.05), the hinted build's hit (1.10 GB), 67% -> 75% of copy."""
+    if 2 * sms * V * 2 <= l2_bytes // 2:
+        return 512, 2, ()
+    return 1024, 1, ("-DPREFETCH=2", "-DHINTS=1")
 
 
 def launcher(x, target, grad, loss, lse, loss_mean, *, version: str = BEST, scale: float | None = None,
@@ -171,15 +175,16 @@ def launcher(x, target, grad, loss, lse, loss_mean, *, version: str = BEST, scal
     """A zero-argument function running one forward and backward (loss_mean zeroed first), arguments checked
     once. scale None: 1 / rows not ignored (targets checked on the GPU, one synchronisation here). threads: a
     build with that block size (-DTHREADS); blocks: the fused kernel's grid. Neither given: the fused kernel
-    takes fused_build's choice for this row length and GPU. defines: more -D options of the build (sweeps)."""
+    takes fused_build's choice for this row length and GPU. defines: more -D options of the build (sweeps;
+    given alone, the file's plain THREADS and one block per SM)."""
     import cupy as cp
     if version not in VERSIONS:
         raise KernelInputError(f"version {version!r}: one of {', '.join(VERSIONS)}")
     N, V = _inputs(x, target, grad, loss, lse, loss_mean)
     dev = cp.cuda.Device()
     sms = dev.attributes["MultiProcessorCount"]
-    if version == "fused" and threads is None and blocks is None:
-        threads, per_sm = fused_build(V, sms, dev.attributes["L2CacheSize"])
+    if version == "fused" and threads is None and blocks is None and not defines:
+        threads, per_sm, defines = fused_build(V, sms, dev.attributes["L2CacheSize"])
         blocks = per_sm * sms
     if scale is None:
         n = check_targets(target, V, ignore_index)

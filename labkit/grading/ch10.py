@@ -13,7 +13,7 @@ from .tasks import KernelTask, NumericTask, Question, primes_between
 IGNORE_INDEX = -100
 THREADS = 512
 SPEED_SHAPE = (4096, 32000)
-CE_SPEED_PCT = 60.0          # provisional until the reference solution's spread is measured (test_speed_bars_gpu)
+CE_SPEED_PCT = 65.0          # the reference solution: 74.3% of copy three times over on the H200 (test_speed_bars_gpu)
 
 numbers = NumericTask(
     id="10.numbers",
