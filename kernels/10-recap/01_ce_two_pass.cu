@@ -24,8 +24,8 @@
 // writes one): about 2x.
 //
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "cross_entropy"):
-//   two_pass at 4096x128256: x
-//   two_pass at 16384x32000: x
+//   two_pass at 4096x128256: 0.7418 ms, 2833 GB/s, 66.7% of copy, 3.17x torch eager
+//   two_pass at 16384x32000: 0.8022 ms, 2614 GB/s, 61.2% of copy, 2.88x torch eager
 #include <cuda_bf16.h>
 #include "common/online_softmax.cuh"   // online_row_state, online_block_merge
 #include "common/cross_entropy.cuh"    // ce_write_grad, ce_row_loss

@@ -27,8 +27,8 @@
 // the per-row pause four times as often: 75-85%.
 //
 // Result (NVIDIA H200, 2026-12-01, labs/results/nvidia-h200.json, op "cross_entropy"):
-//   fused at 4096x128256: x
-//   fused at 16384x32000: x
+//   fused at 4096x128256: 0.6590 ms, 3189 GB/s, 75.1% of copy, 3.57x torch eager
+//   fused at 16384x32000: 0.6444 ms, 3255 GB/s, 76.3% of copy, 3.59x torch eager
 #include <cuda_bf16.h>
 #include "common/online_softmax.cuh"   // online_row_state, online_block_merge
 #include "common/cross_entropy.cuh"    // ce_write_grad, ce_row_loss
