@@ -178,7 +178,7 @@ def opt_in_shared_memory(k, smem: int, what: str):
     most = max_dynamic_smem()
     if smem > most:
         raise KernelInputError(f"{what} needs {smem:,} bytes of shared memory per block; this GPU allows "
-                               f"{most:,} (227 KB on H100/H200 and A100, 99 KB on sm_86/sm_89)")
+                               f"{most:,} (227 KB on H100/H200, 163 KB on A100, 99 KB on sm_86/sm_89)")
     if smem > 48 * 1024:
         k.max_dynamic_shared_size_bytes = smem
     return k
