@@ -104,3 +104,16 @@ def test_the_figure_draws_every_pick(course, tmp_path):
     assert bars == {"02: add_naive", "09: decode_b64", "09: decode_b1"}                 # the memory-bound picks
     fig.savefig(tmp_path / "course.png")
     assert (tmp_path / "course.png").stat().st_size > 10_000
+
+
+def test_a_chapter_table_reads_as_a_ladder():
+    # chapter 10: the headline shape (4096 x 128256) first, then 16384 x 32000; each slowest to fastest
+    rows = report.Recorded("10").ladder("cross_entropy")
+    shapes = [r.shape_key for r in rows]
+    assert shapes == sorted(shapes, key=lambda k: k != "4096x128256") and shapes[0] == "4096x128256"
+    for shape in set(shapes):
+        ms = [r.median_ms for r in rows if r.shape_key == shape]
+        assert ms == sorted(ms, reverse=True) and len(ms) >= 4
+    assert [r.kernel for r in rows if r.shape_key == "4096x128256"][-1] == "fused"
+    table = report.Recorded("10").table("cross_entropy").data
+    assert table.index("torch_eager") < table.index("| fused")

@@ -115,7 +115,19 @@ class Recorded:
         return [r for r in self.records if op is None or r.op == op]
 
     def table(self, op: str | None = None):
-        return _markdown(records_table(self.rows(op)))
+        return _markdown(records_table(self.ladder(op)))
+
+    def ladder(self, op: str | None = None):
+        """The records of `op` (or all) in the order a reader climbs them: per op, the headline shape first,
+        then the others as recorded; within a shape, slowest to fastest."""
+        rows = self.rows(op)
+        ops = list(dict.fromkeys(r.op for r in rows))
+        shapes = list(dict.fromkeys(r.shape_key for r in rows))
+
+        def key(r):
+            return (ops.index(r.op), r.shape_key != self.headline.get(r.op), shapes.index(r.shape_key),
+                    -r.median_ms)
+        return sorted(rows, key=key)
 
     def headline_rows(self, op: str | None = None):
         """The records of `op` (or all) at their op's headline shape (every shape where none is declared)."""
